@@ -1,0 +1,112 @@
+"""Sessions: ``tests`` (default), ``lint``, ``bench``, ``reproduce_fig7``, ``mlflow_ui``.
+
+All sessions share one environment, ``.nox/harness``, built once by :func:`ensure_env` and rebuilt
+only when the install recipe or ``pyproject.toml`` changes. The torch stack is several GB; building it
+once per session would triple the cost of a CI run for no isolation gain (every session needs the same
+packages).
+
+The torch/torchrec/fbgemm recipe lives here so that no user ever does it by hand:
+
+* ``torch==2.14.1``;
+* ``fbgemm-gpu`` when an NVIDIA driver is present, ``fbgemm-gpu-cpu`` otherwise (``fbgemm-gpu`` fails
+  to load without ``libnvidia-ml.so.1``), never both;
+* ``torchrec==1.9.2`` with ``--no-deps`` (its requirements would pull ``fbgemm-gpu`` back in), then
+  the dependencies it really needs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nox
+
+nox.options.download_python = "never"
+nox.options.sessions = ["tests"]
+
+ROOT = Path(__file__).parent.resolve()
+ENV_DIR = ROOT / ".nox" / "harness"
+STAMP = ENV_DIR / ".installed"
+
+TORCH = "torch==2.14.1"
+TORCHREC = "torchrec==1.9.2"
+FBGEMM_GPU = "fbgemm-gpu==1.9.0"
+FBGEMM_CPU = "fbgemm-gpu-cpu==1.9.0"
+TORCHREC_DEPS = ["tensordict", "torchmetrics==1.0.3", "pyre-extensions", "tqdm", "iopath"]
+
+
+def has_nvidia_gpu() -> bool:
+    """True when an NVIDIA driver answers (the condition under which ``fbgemm-gpu`` loads)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    return subprocess.run([smi, "-L"], capture_output=True, check=False).returncode == 0
+
+
+def _recipe_key(gpu: bool) -> str:
+    digest = hashlib.sha256()
+    digest.update((ROOT / "pyproject.toml").read_bytes())
+    digest.update("|".join([TORCH, TORCHREC, FBGEMM_GPU, FBGEMM_CPU, *TORCHREC_DEPS]).encode())
+    digest.update(b"gpu" if gpu else b"cpu")
+    digest.update(f"{sys.version_info[:2]}".encode())
+    return digest.hexdigest()
+
+
+def env_bin(name: str) -> str:
+    return str(ENV_DIR / "bin" / name)
+
+
+def ensure_env(session: nox.Session) -> None:
+    """Create or refresh the shared environment; a no-op when its stamp matches the recipe."""
+    gpu = has_nvidia_gpu()
+    key = _recipe_key(gpu)
+    if STAMP.exists() and STAMP.read_text() == key:
+        session.log(f"reusing {ENV_DIR} ({'gpu' if gpu else 'cpu'} torch stack)")
+        return
+    if not (ENV_DIR / "bin" / "python").exists():
+        session.run(sys.executable, "-m", "venv", str(ENV_DIR), external=True)
+    pip = [env_bin("python"), "-m", "pip", "install", "--quiet"]
+    session.run(*pip, "--upgrade", "pip", "wheel", external=True)
+    session.run(*pip, TORCH, external=True)
+    wanted, unwanted = (FBGEMM_GPU, FBGEMM_CPU) if gpu else (FBGEMM_CPU, FBGEMM_GPU)
+    session.run(
+        env_bin("python"), "-m", "pip", "uninstall", "--yes", "--quiet", unwanted.split("==")[0],
+        external=True, success_codes=[0, 1],
+    )
+    session.run(*pip, wanted, external=True)
+    session.run(*pip, "--no-deps", TORCHREC, external=True)
+    session.run(*pip, *TORCHREC_DEPS, external=True)
+    session.run(*pip, "-e", f"{ROOT}[test,lint]", external=True)
+    STAMP.write_text(key)
+
+
+def run_in_env(session: nox.Session, *args: str, **kwargs: object) -> None:
+    env = {"MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}
+    env.update(kwargs.pop("env", {}) or {})  # type: ignore[arg-type]
+    session.run(*args, external=True, env=env, **kwargs)  # type: ignore[arg-type]
+
+
+@nox.session(venv_backend="none")
+def tests(session: nox.Session) -> None:
+    """Run the test suite (pytest); arguments after ``--`` go to pytest."""
+    ensure_env(session)
+    run_in_env(session, env_bin("pytest"), *(session.posargs or ["-q"]))
+
+
+@nox.session(venv_backend="none")
+def lint(session: nox.Session) -> None:
+    """ruff (style, imports, common bugs) and mypy on the packages."""
+    ensure_env(session)
+    run_in_env(session, env_bin("ruff"), "check", "bagpipe", "baselines", "tests", "noxfile.py")
+    run_in_env(session, env_bin("mypy"))
+
+
+@nox.session(venv_backend="none", default=False)
+def bench(session: nox.Session) -> None:
+    """Throughput benchmarks (data generator and readers, oracle planning); prints a table."""
+    ensure_env(session)
+    run_in_env(session, env_bin("python"), "-m", "bagpipe.bench", *session.posargs)
+
