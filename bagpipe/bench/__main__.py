@@ -1,0 +1,42 @@
+"""Run the benchmarks, print one table, and write ``results/bench/<name>.csv``.
+
+Usage: ``python -m bagpipe.bench [--quick] [--only data,oracle] [--out results/bench]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from bagpipe.bench import BENCHMARKS
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bagpipe.bench")
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke check")
+    parser.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated subset")
+    parser.add_argument("--out", type=Path, default=Path("results/bench"))
+    args = parser.parse_args(argv)
+    console = Console()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in args.only.split(","):
+        if name not in BENCHMARKS:
+            parser.error(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
+        console.rule(f"bench: {name}")
+        rows = importlib.import_module(f"bagpipe.bench.{name}").run(quick=args.quick)
+        frame = pd.DataFrame(rows)
+        frame.to_csv(args.out / f"{name}.csv", index=False)
+        table = Table(*[str(c) for c in frame.columns])
+        for record in frame.itertuples(index=False):
+            table.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in record])
+        console.print(table)
+        console.print(f"wrote {args.out / f'{name}.csv'}")
+
+
+if __name__ == "__main__":
+    main()
