@@ -1,0 +1,29 @@
+"""In-process systems and the training math all systems share.
+
+``local`` (:class:`LocalSystem`) is the synchronous single-process reference; ``common`` holds the
+per-slice forward/backward, loss and SGD conventions every distributed system reuses.
+"""
+
+from bagpipe.systems.common import (
+    SliceGradients,
+    bce_loss_sum,
+    forward_backward,
+    pooled_from_rows,
+    sgd_dense_,
+    sgd_rows_,
+    slice_loss,
+    unique_rows,
+)
+from bagpipe.systems.local import LocalSystem
+
+__all__ = [
+    "LocalSystem",
+    "SliceGradients",
+    "bce_loss_sum",
+    "forward_backward",
+    "pooled_from_rows",
+    "sgd_dense_",
+    "sgd_rows_",
+    "slice_loss",
+    "unique_rows",
+]
