@@ -31,11 +31,21 @@ Per-round plan (:class:`RoundPlan`) ``r``, executed in the background while roun
   partitioned). Fetches of round ``r`` happen after every trainer's write-backs of round ``r`` (the
   read-after-write barrier), so a refetch never sees a stale row.
 * A row whose most recent use was a singleton use is stale on the non-owners; it is evicted at the
-  first round at which it is eligible, even if it will be used again later.
-* The resident set (rows held by trainer 0; others hold a subset-or-equal of shared rows plus their
-  own singletons) never exceeds ``capacity`` rows. When the rows needed by rounds ``r-1`` and ``r``
-  alone exceed it, planning fails with :class:`CapacityError`; otherwise rows kept for later reuse
-  are chosen by Belady's rule (soonest next use first).
+  first round at which it is eligible, even if it will be used again later (and refetched after the
+  barrier if round ``r`` uses it).
+* Without a capacity, the other evictions are expired leases: rows not used within ``L`` steps after
+  their latest use (a row that round ``r`` itself uses is kept instead of evicted and refetched).
+* The resident set (the union of the rows any trainer holds: the shared rows, held by all, plus each
+  trainer's own partitioned rows) never exceeds ``capacity`` rows, so no trainer needs more slots.
+  With a capacity, rows stay resident while they fit (a refetch costs more than a kept row) and are
+  evicted to make room by Belady's rule (furthest next use first, next uses beyond the planner's
+  horizon ``last_step + L`` counting as never; ties: larger id first). When the rows used by steps
+  ``(r-1)*ci - 1 .. last_step`` (rounds ``r-1`` and ``r`` plus the step whose delayed update is
+  pending) alone exceed it, planning fails with :class:`CapacityError`, whose message gives the
+  minimum capacity.
+* After the last round, a flush plan (``round_index`` = number of rounds, ``first_step`` = number of
+  steps > ``last_step``, no prefetch) evicts every resident row with its write-back owner, so that
+  the servers hold the final tables; apply it after the last step's delayed update.
 """
 
 from __future__ import annotations
@@ -46,7 +56,15 @@ import torch
 
 
 class CapacityError(ValueError):
-    """The cache cannot hold the rows two consecutive rounds need at once."""
+    """The cache cannot hold the rows two consecutive rounds need at once.
+
+    ``min_capacity`` is the number of rows this round needs at once: the smallest capacity that
+    lets it plan (later rounds may need more).
+    """
+
+    def __init__(self, message: str, min_capacity: int) -> None:
+        super().__init__(message)
+        self.min_capacity = min_capacity
 
 
 @dataclass(frozen=True)
