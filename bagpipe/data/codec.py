@@ -1,0 +1,148 @@
+"""Vectorised text codecs for categorical values: hex <-> integer keys, and keys <-> table rows.
+
+Parsing works on Arrow string buffers directly (offsets + bytes), never per cell in Python: every
+value is right-aligned into a fixed-width byte matrix, nibbles come from a 256-entry lookup table, and
+an invalid character or an over-long value is flagged per row so callers can name the line.
+
+Key -> row ("hash-mod", DLRM's ``max_ind_range``): a categorical value's key is the dataset's own
+32-bit hash (Criteo, Avazu's hex fields) or the integer itself (Avazu's integer fields, negatives in
+two's complement). A table of ``D`` rows maps it to ``1 + key % (D - 1)`` when row 0 is reserved for
+the missing value (Criteo: an empty field -> row 0), else to ``key % D`` (Avazu has no empty fields).
+Distinct values can collide, exactly as with DLRM's modulo.
+
+Row -> key (writers): ``encode_keys`` picks, for table row ``r``, a 32-bit key that maps back to ``r``
+under the rule above: ``residue(r) + D' * q`` with ``q`` a hash of (table, row) kept in range, so the
+emitted values look like hashes, are distinct per row, and round-trip exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+_HEX_LUT = np.full(256, 255, dtype=np.uint8)
+for _i, _c in enumerate(b"0123456789abcdef"):
+    _HEX_LUT[_c] = _i
+for _i, _c in enumerate(b"ABCDEF"):
+    _HEX_LUT[_c] = 10 + _i
+_HEX_CHARS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+MAX_HEX_DIGITS = 16
+KEY_SPACE = 1 << 32
+
+
+def string_parts(array: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(starts, lengths, data)`` of an Arrow string array; nulls have length 0."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    n = len(array)
+    validity, offsets_buf, data_buf = array.buffers()
+    offset_type = np.int64 if pa.types.is_large_string(array.type) else np.int32
+    offsets = np.frombuffer(offsets_buf, dtype=offset_type, count=n + 1 + array.offset)[array.offset :]
+    starts = offsets[:-1].astype(np.int64)
+    lengths = np.diff(offsets).astype(np.int64)
+    if validity is not None and array.null_count:
+        lengths = np.where(array.is_valid().to_numpy(zero_copy_only=False), lengths, 0)
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    return starts, lengths, data
+
+
+def parse_hex(array: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Hex strings -> ``(keys uint64, missing bool, bad bool)``; empty or null = missing.
+
+    ``bad`` marks values with a non-hex character or more than 16 digits.
+    """
+    starts, lengths, data = string_parts(array)
+    missing = lengths == 0
+    bad = lengths > MAX_HEX_DIGITS
+    keys = np.zeros(lengths.size, dtype=np.uint64)
+    width = int(min(lengths.max(initial=0), MAX_HEX_DIGITS))
+    if width == 0 or data.size == 0:
+        return keys, missing, bad
+    ends = starts + np.minimum(lengths, MAX_HEX_DIGITS)
+    for j in range(width):
+        # digit j of a value right-aligned in `width` digits; absent for short values
+        present = lengths >= width - j
+        pos = np.minimum(ends - (width - j), data.size - 1)
+        nibble = _HEX_LUT[data[np.maximum(pos, 0)]]
+        nibble = np.where(present, nibble, 0)
+        bad |= nibble == 255
+        keys = (keys << np.uint64(4)) | nibble.astype(np.uint64)
+    return keys, missing, bad
+
+
+def format_hex(keys: np.ndarray, missing: np.ndarray, digits: int = 8) -> pa.Array:
+    """Keys -> lowercase zero-padded hex strings of ``digits`` characters; missing -> empty string."""
+    present = ~missing
+    values = keys[present].astype(np.uint64)
+    shifts = np.arange(digits - 1, -1, -1, dtype=np.uint64) * np.uint64(4)
+    chars = _HEX_CHARS[((values[:, None] >> shifts) & np.uint64(15)).astype(np.intp)]
+    lengths = np.where(present, digits, 0).astype(np.int32)
+    offsets = np.concatenate(([0], np.cumsum(lengths, dtype=np.int64))).astype(np.int32)
+    return pa.StringArray.from_buffers(
+        keys.size, pa.py_buffer(offsets.tobytes()), pa.py_buffer(np.ascontiguousarray(chars).tobytes())
+    )
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64 finaliser: a fixed, well-mixed 64-bit hash (uint64 arithmetic wraps)."""
+    with np.errstate(over="ignore"):
+        z = x + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def keys_to_rows(keys: np.ndarray, missing: np.ndarray, rows: int, reserve_missing: bool) -> np.ndarray:
+    """Hash-mod mapping (module docstring): ``[N]`` uint64 keys -> int64 rows of a ``rows`` table."""
+    if reserve_missing:
+        if rows < 2:
+            raise ValueError(f"a table with a missing row needs at least 2 rows, got {rows}")
+        mapped = keys % np.uint64(rows - 1) + np.uint64(1)
+    else:
+        mapped = keys % np.uint64(rows)
+    return np.where(missing, 0, mapped.astype(np.int64))
+
+
+def encode_keys(
+    rows_ids: np.ndarray,
+    table: int,
+    rows: int,
+    reserve_missing: bool,
+    seed: int = 0,
+    key_space: int = KEY_SPACE,
+) -> np.ndarray:
+    """Inverse of ``keys_to_rows``: a hash-looking key below ``key_space`` per row id.
+
+    Row 0 has no key when it is reserved for the missing value (writers emit an empty field).
+    """
+    span = rows - 1 if reserve_missing else rows
+    residue = (rows_ids - 1 if reserve_missing else rows_ids).astype(np.uint64)
+    residue = np.where(rows_ids < (1 if reserve_missing else 0), 0, residue).astype(np.uint64)
+    q_count = max(1, (key_space - span) // span + 1)  # keeps residue + span*q < key_space
+    salt = np.uint64((seed * 1_000_003 + table) & 0xFFFFFFFF) << np.uint64(32)
+    q = _splitmix64(rows_ids.astype(np.uint64) ^ salt) % np.uint64(q_count)
+    return residue + np.uint64(span) * q
+
+
+class Vocabulary:
+    """Value -> row built in a pre-pass: the sorted distinct keys of a table get rows ``1 .. n``.
+
+    Row 0 is the missing value (empty field), so a table has ``distinct + 1`` rows (Bagpipe's Avazu
+    "+1" convention; DLRM's dictionaries likewise count the missing token). Sorting keys, not first
+    appearance, makes the mapping independent of the file's row order.
+    """
+
+    def __init__(self, keys: np.ndarray) -> None:
+        self.keys = np.unique(keys.astype(np.uint64))
+
+    @property
+    def rows(self) -> int:
+        return int(self.keys.size) + 1
+
+    def lookup(self, keys: np.ndarray, missing: np.ndarray) -> np.ndarray:
+        pos = np.searchsorted(self.keys, keys)
+        found = pos < self.keys.size
+        found[found] = self.keys[pos[found]] == keys[found]
+        if not np.all(found | missing):
+            raise KeyError("a value missing from the vocabulary (vocabularies cover the whole input)")
+        return np.where(missing, 0, pos + 1).astype(np.int64)
