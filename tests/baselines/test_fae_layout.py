@@ -1,0 +1,223 @@
+"""FAE's offline logic on hand-checked cases: counts, hot-row choice, classification, scheduling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from bagpipe.core.batch import DatasetSchema, batch_from_arrays, ids_matrix
+from baselines.fae.hotset import choose_hot_rows, sample_access_counts
+from baselines.fae.layout import (
+    Examples,
+    FaeSettings,
+    FaeSource,
+    build_layout,
+    cached_layout,
+    chunk,
+    load_examples,
+)
+from baselines.fae.scheduler import ShuffleScheduler
+
+ROW_BYTES_DIM4 = 16
+
+
+def test_sample_access_counts_full_sample_is_exact_bincount() -> None:
+    ids = torch.tensor([[0, 3], [1, 3], [0, 4]])
+    counts, sampled = sample_access_counts(ids, total_rows=5, sample_rate=1.0, seed=0)
+    assert counts.tolist() == [2, 1, 0, 2, 1] and sampled == 3
+    counts, sampled = sample_access_counts(ids, total_rows=5, sample_rate=0.34, seed=0)
+    assert sampled == 2 and int(counts.sum()) == 4
+
+
+def _counts() -> torch.Tensor:
+    #                  table 0          table 1
+    return torch.tensor([10, 5, 1, 0, 8, 0, 3, 2])
+
+
+def test_code_mode_takes_global_top_n_of_sampled_rows() -> None:
+    hot = choose_hot_rows(
+        _counts(), [4, 4], 4, budget_bytes=3 * ROW_BYTES_DIM4, mode="code", min_table_bytes=0
+    )
+    assert hot.rows.tolist() == [0, 1, 4]
+    # a budget beyond the sampled rows never makes unsampled rows hot
+    hot = choose_hot_rows(
+        _counts(), [4, 4], 4, budget_bytes=100 * ROW_BYTES_DIM4, mode="code", min_table_bytes=0
+    )
+    assert hot.rows.tolist() == [0, 1, 2, 4, 6, 7]
+
+
+def test_paper_mode_threshold_search_fits_budget_with_eq1_scale() -> None:
+    # T_z = 20 accesses per table, x = 0.5: the cutoff in sampled counts is t * 20 * 0.5 = 10 t
+    kwargs = {
+        "mode": "paper",
+        "sample_rate": 0.5,
+        "accesses_per_table": [20, 20],
+        "min_table_bytes": 0,
+    }
+    hot = choose_hot_rows(_counts(), [4, 4], 4, budget_bytes=3 * ROW_BYTES_DIM4, **kwargs)
+    assert hot.rows.tolist() == [0, 1, 4]  # counts >= 4 or 5; count 3 would make 4 rows
+    assert 0.3 < hot.threshold <= 0.5  # the smallest t that fits: 10 t in (3, 5]
+    hot = choose_hot_rows(_counts(), [4, 4], 4, budget_bytes=4 * ROW_BYTES_DIM4, **kwargs)
+    assert hot.rows.tolist() == [0, 1, 4, 6]
+    hot = choose_hot_rows(_counts(), [4, 4], 4, budget_bytes=0, **kwargs)
+    assert hot.rows.tolist() == []
+
+
+def test_small_tables_are_all_hot_and_use_budget_first() -> None:
+    # table 0 (4 rows * 16 B = 64 B) is under min_table_bytes = 100 B; table 1 (8 rows) is not
+    counts = torch.tensor([0, 0, 0, 9, 7, 0, 0, 0, 0, 0, 0, 1])
+    hot = choose_hot_rows(
+        counts, [4, 8], 4, budget_bytes=5 * ROW_BYTES_DIM4, mode="code", min_table_bytes=100
+    )
+    assert hot.rows.tolist() == [0, 1, 2, 3, 4]  # table 0 whole, then the top-1 of table 1
+    assert hot.bytes == 5 * ROW_BYTES_DIM4
+
+
+def test_unknown_mode_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match=r"fae\.threshold_mode"):
+        choose_hot_rows(_counts(), [4, 4], 4, budget_bytes=10, mode="clt")
+
+
+SCHEMA = DatasetSchema("tiny", num_dense=1, table_sizes=(4, 3), feature_names=("a", "b"))
+
+
+def _examples() -> Examples:
+    ids = torch.tensor([[0, 0], [1, 0], [0, 1], [2, 2], [0, 0], [3, 0], [0, 0], [1, 1]])
+    return Examples(torch.arange(8.0).view(8, 1), ids, torch.arange(8.0) % 2)
+
+
+def test_classification_marks_an_input_hot_only_if_all_lookups_are_hot() -> None:
+    # hot budget 3 rows with dim 4: top-3 sampled rows of the full sample are a0, b0 (global 4), a1
+    settings = FaeSettings(
+        sample_rate=1.0,
+        hot_budget_bytes=3 * ROW_BYTES_DIM4,
+        threshold_mode="code",
+        min_table_bytes=0,
+    )
+    layout = build_layout(_examples(), SCHEMA, 4, settings)
+    assert layout.hot.rows.tolist() == [0, 1, 4]
+    assert layout.hot_examples.tolist() == [0, 1, 4, 6]
+    assert layout.cold_examples.tolist() == [2, 3, 5, 7]
+    assert layout.hot_input_share == 0.5
+
+
+def test_repacked_source_runs_pure_batches_in_fixed_schedule_order() -> None:
+    settings = FaeSettings(
+        sample_rate=1.0,
+        hot_budget_bytes=3 * ROW_BYTES_DIM4,
+        threshold_mode="code",
+        min_table_bytes=0,
+        scheduler="fixed",
+    )
+    examples = _examples()
+    layout = build_layout(examples, SCHEMA, 4, settings)
+    source = FaeSource(examples, SCHEMA, batch_size=2, layout=layout, settings=settings)
+    assert len(source) == 4
+    order = [source.example_indices(i).tolist() for i in range(4)]
+    assert order == [[2, 3], [5, 7], [0, 1], [4, 6]]  # all cold, then all hot
+    batch = source[2]
+    assert ids_matrix(batch).tolist() == [[0, 0], [1, 0]]
+    assert batch.dense_features.flatten().tolist() == [0.0, 1.0]
+    with pytest.raises(IndexError):
+        source[4]
+
+
+def test_source_without_repacking_keeps_original_batches() -> None:
+    settings = FaeSettings(sample_rate=1.0, repack=False, min_table_bytes=0, hot_budget_bytes=16)
+    examples = _examples()
+    source = FaeSource(examples, SCHEMA, 2, build_layout(examples, SCHEMA, 4, settings), settings)
+    assert [source.example_indices(i).tolist() for i in range(len(source))] == [
+        [0, 1],
+        [2, 3],
+        [4, 5],
+        [6, 7],
+    ]
+
+
+def test_chunk_drops_partial_batch_only_when_asked() -> None:
+    assert [c.tolist() for c in chunk(torch.arange(5), 2, drop_last=True)] == [[0, 1], [2, 3]]
+    assert len(chunk(torch.arange(5), 2, drop_last=False)) == 3
+
+
+def test_scheduler_r50_alternates_half_runs_starting_cold() -> None:
+    scheduler = ShuffleScheduler(num_hot=4, num_cold=4, mode="adaptive", initial_rate=50)
+    kinds = [scheduler.next_batch() for _ in range(8)]
+    assert kinds == [
+        ("cold", 0),
+        ("cold", 1),
+        ("hot", 0),
+        ("hot", 1),
+        ("cold", 2),
+        ("cold", 3),
+        ("hot", 2),
+        ("hot", 3),
+    ]
+    assert scheduler.swaps == 3
+    assert scheduler.next_batch() == ("cold", 0)  # a new epoch starts cold again
+
+
+def test_scheduler_finishes_the_remaining_kind_when_one_runs_out() -> None:
+    scheduler = ShuffleScheduler(num_hot=3, num_cold=1, initial_rate=50)
+    assert [k for k, _ in (scheduler.next_batch() for _ in range(4))] == [
+        "cold",
+        "hot",
+        "hot",
+        "hot",
+    ]
+
+
+def test_adaptive_rate_halves_on_rise_and_doubles_after_four_falls() -> None:
+    scheduler = ShuffleScheduler(num_hot=10, num_cold=10, initial_rate=50)
+    for loss in (0.7, 0.8):
+        scheduler.observe_loss(loss)
+    assert scheduler.rate == 25
+    for loss in (0.6, 0.5, 0.4):
+        scheduler.observe_loss(loss)
+    assert scheduler.rate == 25  # three falls: not yet
+    scheduler.observe_loss(0.3)
+    assert scheduler.rate == 50
+    assert scheduler.rate_trace == [50, 50, 25, 25, 25, 25, 50]
+    fixed = ShuffleScheduler(num_hot=1, num_cold=1, mode="fixed")
+    fixed.observe_loss(1.0)
+    fixed.observe_loss(2.0)
+    assert fixed.rate == 100
+
+
+def test_layout_is_cached_per_data_and_settings(tmp_path: Path) -> None:
+    settings = FaeSettings(sample_rate=1.0, min_table_bytes=0, hot_budget_bytes=48)
+    first, cached = cached_layout(_examples(), SCHEMA, 4, settings, tmp_path)
+    assert not cached
+    again, cached = cached_layout(_examples(), SCHEMA, 4, settings, tmp_path)
+    assert cached and torch.equal(again.hot.is_hot, first.hot.is_hot)
+    assert torch.equal(again.cold_examples, first.cold_examples)
+    other = FaeSettings(sample_rate=1.0, min_table_bytes=0, hot_budget_bytes=32)
+    _, cached = cached_layout(_examples(), SCHEMA, 4, other, tmp_path)
+    assert not cached and len(list(tmp_path.glob("fae-layout-*.pt"))) == 2
+
+
+def test_load_examples_reads_every_batch_in_order() -> None:
+    examples = _examples()
+    batches = [
+        batch_from_arrays(
+            examples.dense[i : i + 4],
+            examples.ids[i : i + 4],
+            examples.labels[i : i + 4],
+            SCHEMA.feature_names,
+        )
+        for i in (0, 4)
+    ]
+
+    class ListSource:
+        schema = SCHEMA
+        batch_size = 4
+
+        def __len__(self) -> int:
+            return 2
+
+        def __getitem__(self, index: int):
+            return batches[index]
+
+    loaded = load_examples(ListSource())  # type: ignore[arg-type]
+    assert torch.equal(loaded.ids, examples.ids) and torch.equal(loaded.dense, examples.dense)
