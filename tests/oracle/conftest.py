@@ -8,13 +8,27 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytest
 
-from bagpipe.oracle import OracleConfig, OracleStats, RoundPlan, StepPlan, plan_reference
+from bagpipe.oracle import (
+    OracleCacher,
+    OracleConfig,
+    OracleStats,
+    RoundPlan,
+    StepPlan,
+    plan_reference,
+)
 
-Planner = Callable[
-    [Sequence[np.ndarray], OracleConfig], tuple[list[StepPlan | RoundPlan], OracleStats]
-]
+Plans = list[StepPlan | RoundPlan]
+Planner = Callable[[Sequence[np.ndarray], OracleConfig], tuple[Plans, OracleStats]]
 
-PLANNERS: dict[str, Planner] = {"reference": plan_reference}
+
+def plan_fast(matrices: Sequence[np.ndarray], config: OracleConfig) -> tuple[Plans, OracleStats]:
+    cacher = OracleCacher(
+        None, config.num_trainers, config.lookahead, config.cleanup_interval, config.capacity
+    )
+    return list(cacher.plan(matrices)), cacher.stats
+
+
+PLANNERS: dict[str, Planner] = {"reference": plan_reference, "fast": plan_fast}
 
 
 @pytest.fixture(params=sorted(PLANNERS))

@@ -1,0 +1,101 @@
+"""The fast planner against the set-based reference on random skewed streams, plus invariants.
+
+For each seed, trainer count, lookahead/cleanup interval and capacity (unbounded, tight = the largest
+round working set, and in between), the two planners must emit identical plans and counters, and the
+plans must replay cleanly on simulated trainer caches (``streams.replay``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bagpipe.oracle import CapacityError, OracleCacher, OracleConfig, RoundPlan, StepPlan
+from bagpipe.oracle.reference import plan_reference
+from tests.oracle.conftest import plan_fast
+from tests.oracle.streams import belady_fetches, min_capacity, replay, skewed_stream
+
+
+def _same(a: StepPlan | RoundPlan, b: StepPlan | RoundPlan) -> bool:
+    if type(a) is not type(b):
+        return False
+    for key, value in a.__dict__.items():
+        other = b.__dict__[key]
+        if isinstance(value, int):
+            if value != other:
+                return False
+        elif value.dtype != other.dtype or not np.array_equal(value.numpy(), other.numpy()):
+            return False
+    return True
+
+
+CASES = [
+    (seed, trainers, lookahead, ci)
+    for seed in range(3)
+    for trainers in (1, 2, 3)
+    for lookahead, ci in ((2, 1), (4, 2), (6, 2))
+]
+
+
+@pytest.mark.parametrize(("seed", "trainers", "lookahead", "ci"), CASES)
+def test_fast_equals_reference(seed: int, trainers: int, lookahead: int, ci: int) -> None:
+    stream = skewed_stream(seed, num_steps=23)
+    unbounded = OracleConfig(trainers, lookahead, ci)
+    tight = min_capacity(stream, unbounded)
+    _, free_stats = plan_reference(stream, unbounded)
+    for capacity in (None, tight, (tight + free_stats.peak_resident_rows) // 2 + 1):
+        config = OracleConfig(trainers, lookahead, ci, capacity)
+        expected, expected_stats = plan_reference(stream, config)
+        got, got_stats = plan_fast(stream, config)
+        assert len(got) == len(expected)
+        mismatch = [
+            i for i, (a, b) in enumerate(zip(got, expected, strict=True)) if not _same(a, b)
+        ]
+        assert not mismatch, (
+            f"capacity {capacity}: plan {mismatch[0]}: {got[mismatch[0]]} != {expected[mismatch[0]]}"
+        )
+        assert got_stats.counts() == expected_stats.counts()
+        replay(stream, config, got)
+        if capacity is not None:
+            assert got_stats.peak_resident_rows <= capacity
+
+
+def test_capacity_below_minimum_raises_with_the_minimum() -> None:
+    stream = skewed_stream(7, num_steps=20)
+    config = OracleConfig(2, 4, 2)
+    tight = min_capacity(stream, config)
+    with pytest.raises(CapacityError) as info:
+        plan_fast(stream, OracleConfig(2, 4, 2, capacity=tight - 1))
+    assert info.value.min_capacity <= tight and info.value.min_capacity > tight - 1
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fetches_within_five_percent_of_belady(seed: int) -> None:
+    # A longer stream with a larger vocabulary; capacity well above the per-round minimum so that
+    # the choice of what to keep matters. Belady here may evict and refetch at any step.
+    stream = skewed_stream(seed, num_steps=120, batch_size=8, table_sizes=(300, 50, 500))
+    config = OracleConfig(2, 16, 4)
+    capacity = int(1.5 * min_capacity(stream, config))
+    _, stats = plan_fast(stream, OracleConfig(2, 16, 4, capacity))
+    optimal = belady_fetches(stream, capacity)
+    assert stats.rows_prefetched / optimal <= 1.05, (stats.rows_prefetched, optimal)
+
+
+def test_plans_batches_and_tensors(tiny_source, tiny_schema) -> None:
+    source = tiny_source(batch_size=8, num_batches=9)
+    matrices = [
+        np.asarray(m)
+        for m in (
+            b.sparse_features.values().view(3, -1).t() + tiny_schema.table_offsets for b in source
+        )
+    ]
+    from_batches = list(OracleCacher(tiny_schema, 2, 4, 2).plan(source))
+    from_arrays, _ = plan_reference(matrices, OracleConfig(2, 4, 2))
+    assert all(_same(a, b) for a, b in zip(from_batches, from_arrays, strict=True))
+
+
+def test_one_stream_per_planner() -> None:
+    cacher = OracleCacher(None, 1, 4, 2)
+    list(cacher.plan(skewed_stream(0, 5)))
+    with pytest.raises(RuntimeError):
+        list(cacher.plan(skewed_stream(0, 5)))
