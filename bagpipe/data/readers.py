@@ -140,16 +140,19 @@ def _iter_batches(
         bad_lines.append((row.number, f"expected {row.expected_columns} fields, got {row.actual_columns}"))
         return "skip"
 
-    reader = pa_csv.open_csv(
-        path,
-        read_options=pa_csv.ReadOptions(column_names=list(column_names), block_size=block_bytes,
-                                        skip_rows=1 if skip_header else 0, use_threads=False),
-        parse_options=pa_csv.ParseOptions(delimiter=delimiter, quote_char=False,
-                                          invalid_row_handler=on_invalid),
-        convert_options=pa_csv.ConvertOptions(column_types=dict.fromkeys(column_names, pa.string()),
-                                              strings_can_be_null=True, null_values=[""]),
-    )
     next_line = 2 if skip_header else 1
+    try:
+        reader = pa_csv.open_csv(
+            path,
+            read_options=pa_csv.ReadOptions(column_names=list(column_names), block_size=block_bytes,
+                                            skip_rows=1 if skip_header else 0, use_threads=False),
+            parse_options=pa_csv.ParseOptions(delimiter=delimiter, quote_char=False,
+                                              invalid_row_handler=on_invalid),
+            convert_options=pa_csv.ConvertOptions(column_types=dict.fromkeys(column_names, pa.string()),
+                                                  strings_can_be_null=True, null_values=[""]),
+        )
+    except (OSError, pa.ArrowInvalid) as err:
+        raise DataFormatError(path, next_line, f"unreadable input (truncated or corrupt?): {err}") from err
     while True:
         try:
             batch = reader.read_next_batch()

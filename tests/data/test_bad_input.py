@@ -1,0 +1,147 @@
+"""Malformed input raises ``DataFormatError`` naming the file and line; ``skip_bad_rows`` counts."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bagpipe.data import (
+    DataFormatError,
+    DatasetConfig,
+    ReadStats,
+    SyntheticGenerator,
+    iter_avazu_csv,
+    iter_criteo_tsv,
+    iter_jsonl,
+    make_dataset,
+    write_avazu_csv,
+    write_criteo_tsv,
+    write_jsonl,
+)
+
+NUM_ROWS = 400
+
+
+@pytest.fixture()
+def criteo_lines(tmp_path: Path, kaggle_gen: SyntheticGenerator) -> list[str]:
+    path = tmp_path / "clean.txt"
+    write_criteo_tsv(str(path), kaggle_gen.examples("train", 1, NUM_ROWS), kaggle_gen.table_sizes)
+    return path.read_text().split("\n")[:-1]
+
+
+def _corrupt(lines: list[str], line_number: int, field: int, value: str | None) -> list[str]:
+    """Replace field ``field`` of (1-based) line ``line_number``; ``None`` drops the field."""
+    out = list(lines)
+    fields = out[line_number - 1].split("\t")
+    if value is None:
+        del fields[field]
+    else:
+        fields[field] = value
+    out[line_number - 1] = "\t".join(fields)
+    return out
+
+
+CORRUPTIONS = {
+    "wrong column count": (1, None, "expected 40 fields, got 39"),
+    "non-integer dense": (5, "3.5", "int_4"),
+    "bad hex": (20, "zz00ff00", "cat_6"),
+    "bad label": (0, "2", "label"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CORRUPTIONS))
+def test_criteo_bad_row_names_file_and_line(tmp_path: Path, criteo_lines: list[str], case: str) -> None:
+    field, value, needle = CORRUPTIONS[case]
+    line_number = 237
+    path = tmp_path / "train.txt"
+    path.write_text("\n".join(_corrupt(criteo_lines, line_number, field, value)) + "\n")
+    with pytest.raises(DataFormatError) as err:
+        for _ in iter_criteo_tsv(str(path), block_bytes=1 << 14):
+            pass
+    assert err.value.path == str(path) and err.value.line == line_number
+    assert f"{path}:{line_number}" in str(err.value) and needle in str(err.value)
+
+
+def test_criteo_skip_bad_rows_counts_and_drops(tmp_path: Path, criteo_lines: list[str]) -> None:
+    lines = criteo_lines
+    bad_lines = {3: (1, None), 50: (5, "x"), 120: (20, "0000000g"), 300: (0, "")}
+    for line_number, (field, value) in bad_lines.items():
+        lines = _corrupt(lines, line_number, field, value)
+    path = tmp_path / "train.txt"
+    path.write_text("\n".join(lines) + "\n")
+    stats = ReadStats()
+    blocks = list(iter_criteo_tsv(str(path), skip_bad_rows=True, stats=stats, block_bytes=1 << 14))
+    assert stats.bad_rows == 4 and stats.rows == NUM_ROWS - 4
+    assert sum(len(b) for b in blocks) == NUM_ROWS - 4
+    ds = make_dataset(DatasetConfig(kind="criteo_tsv", path=str(path), skip_bad_rows=True))
+    assert ds.describe()["bad_rows_skipped"] == 4.0
+    clean = tmp_path / "clean.txt"
+    clean.write_text("\n".join(ln for i, ln in enumerate(criteo_lines, 1) if i not in bad_lines) + "\n")
+    reference = make_dataset(DatasetConfig(kind="criteo_tsv", path=str(clean)))
+    np.testing.assert_array_equal(ds.examples.ids, reference.examples.ids)  # nothing partial kept
+
+
+def test_truncated_gzip_raises(tmp_path: Path, kaggle_gen: SyntheticGenerator) -> None:
+    full = tmp_path / "day_0.gz"
+    write_criteo_tsv(str(full), kaggle_gen.examples("train", 2, 3000), kaggle_gen.table_sizes)
+    data = full.read_bytes()
+    cut = tmp_path / "day_1.gz"
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    for skip in (False, True):  # a truncated stream raises even when skipping bad rows
+        with pytest.raises(DataFormatError, match=r"day_1\.gz:\d+: unreadable input"):
+            for _ in iter_criteo_tsv(str(cut), skip_bad_rows=skip, block_bytes=1 << 14):
+                pass
+
+
+def test_avazu_bad_inputs(tmp_path: Path, avazu_gen: SyntheticGenerator) -> None:
+    path = tmp_path / "train.csv"
+    write_avazu_csv(str(path), avazu_gen.examples("train", 0, 50), avazu_gen.table_sizes)
+    lines = path.read_text().split("\n")
+    bad_header = tmp_path / "bad_header.csv"
+    bad_header.write_text("\n".join(["id,click,hour"] + lines[1:]))
+    with pytest.raises(DataFormatError, match=r"bad_header\.csv:1: not an Avazu header"):
+        next(iter_avazu_csv(str(bad_header)))
+    cases = {"site_id": (5, "xyz!", "site_id"), "id": (0, "-5", "id"), "C14": (16, "1e5", "C14"),
+             "columns": (3, None, "expected 24 fields")}
+    for name, (field, value, needle) in cases.items():
+        rows = list(lines)
+        fields = rows[10].split(",")  # line 11 of the file
+        if value is None:
+            del fields[field]
+        else:
+            fields[field] = value
+        rows[10] = ",".join(fields)
+        bad = tmp_path / f"bad_{name}.csv"
+        bad.write_text("\n".join(rows))
+        with pytest.raises(DataFormatError, match=rf"bad_{name}\.csv:11: .*{needle}"):
+            list(iter_avazu_csv(str(bad)))
+        stats = ReadStats()
+        assert sum(len(b) for b in iter_avazu_csv(str(bad), skip_bad_rows=True, stats=stats)) == 49
+        assert stats.bad_rows == 1
+
+
+def test_jsonl_bad_inputs(tmp_path: Path, kaggle_gen: SyntheticGenerator) -> None:
+    path = tmp_path / "part_0.txt"
+    write_jsonl(str(path), kaggle_gen.examples("train", 0, 20))
+    lines = path.read_text().split("\n")
+    sizes = kaggle_gen.table_sizes
+    too_big = '{"label": 1, "dense": ' + str([0.0] * 13) + ', "sparse": ' + str([sizes[0]] + [0] * 25) + "}"
+    cases = {"json": "{not json", "fields": '{"label": 1}', "dense": lines[0].replace('"dense": [', '"dense": [1.0, '),
+             "range": too_big, "label": lines[0].replace('"label": 0.0', '"label": 3').replace('"label": 1.0', '"label": 3')}
+    for name, text in cases.items():
+        rows = list(lines)
+        rows[6] = text
+        bad = tmp_path / f"bad_{name}.txt"
+        bad.write_text("\n".join(rows))
+        with pytest.raises(DataFormatError, match=rf"bad_{name}\.txt:7: "):
+            list(iter_jsonl(str(bad), sizes))
+        stats = ReadStats()
+        assert sum(len(b) for b in iter_jsonl(str(bad), sizes, skip_bad_rows=True, stats=stats)) == 19
+        assert stats.bad_rows == 1
+    truncated = tmp_path / "part_1.txt.gz"
+    truncated.write_bytes(gzip.compress(path.read_bytes())[:-30])
+    with pytest.raises(DataFormatError, match=r"part_1\.txt\.gz: unreadable input"):
+        list(iter_jsonl(str(truncated), sizes))
