@@ -276,6 +276,7 @@ class OracleCacher:
             latest_use = nxt > last
             rows = u.rows[latest_use]
             single = (u.once_owner[latest_use] >= 0) & (nxt[latest_use] > i + cfg.lookahead)
+            single &= cfg.num_trainers > 1  # with one trainer no copy goes stale
             self._res_last[rows] = i
             self._res_owner[rows] = np.where(single, u.once_owner[latest_use], -1)
             self._res_next[rows] = nxt[latest_use]

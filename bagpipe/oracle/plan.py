@@ -30,7 +30,8 @@ Per-round plan (:class:`RoundPlan`) ``r``, executed in the background while roun
   needs it (a row whose only use in the round is a singleton use by trainer ``k``: physically
   partitioned). Fetches of round ``r`` happen after every trainer's write-backs of round ``r`` (the
   read-after-write barrier), so a refetch never sees a stale row.
-* A row whose most recent use was a singleton use is stale on the non-owners; it is evicted at the
+* A row whose most recent use was a singleton use is stale on the non-owners (if ``T > 1``); it is
+  evicted at the
   first round at which it is eligible, even if it will be used again later (and refetched after the
   barrier if round ``r`` uses it).
 * Without a capacity, the other evictions are expired leases: rows not used within ``L`` steps after

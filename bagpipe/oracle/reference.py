@@ -12,7 +12,8 @@ Rules, for a stream of ``N`` batches, ``U_i`` the unique ids of batch ``i``, rou
 * Round ``r`` knows batches up to ``H = last + L``; a next use beyond ``H`` counts as never.
 * Resident row ``x`` carries its latest use ``j`` among steps ``< first`` (and whether that use was
   a singleton use, by whom). It is *eligible* for eviction iff ``j <= (r-1)*ci - 2``.
-* Evicted: eligible rows whose latest use was a singleton use (always), plus
+* Evicted: eligible rows whose latest use was a singleton use (always, if ``T > 1``: with one
+  trainer no copy goes stale), plus
   - no capacity: eligible rows whose lease expired: next use ``> max(j + L, last)`` (a row needed
     by round ``r`` itself is kept rather than evicted and refetched);
   - capacity ``C``: as many eligible rows not used in round ``r`` as needed for
@@ -166,7 +167,7 @@ def plan_reference(
         for i in range(first, last + 1):  # commit the round's uses
             for x in unique[i]:
                 latest[x] = i
-                if x in singleton[i]:
+                if x in singleton[i] and cfg.num_trainers > 1:
                     stale_owner[x] = singleton[i][x]
                 else:
                     stale_owner.pop(x, None)

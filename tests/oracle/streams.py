@@ -43,7 +43,7 @@ def belady_fetches(stream: Sequence[np.ndarray], capacity: int) -> int:
     cursor = dict.fromkeys(uses, 0)
     cache: set[int] = set()
     fetches = 0
-    for i, m in enumerate(stream):
+    for m in stream:
         now = set(np.unique(m).tolist())
         for x in now:
             cursor[x] += 1
@@ -70,7 +70,7 @@ def replay(
     whether the servers' copy is fresh. Round ``r``'s plan runs (evict, write back, barrier,
     prefetch) before step ``r*ci``; a step updates the rows it uses on the trainers that sync them.
     """
-    num_trainers, ci, lookahead = config.num_trainers, config.ci, config.lookahead
+    num_trainers, lookahead = config.num_trainers, config.lookahead
     held: list[dict[int, bool]] = [{} for _ in range(num_trainers)]  # row -> fresh
     server_fresh: dict[int, bool] = {}
     last_use: dict[int, int] = {}

@@ -107,17 +107,15 @@ def test_belady_keeps_soonest_next_use(planner) -> None:
     rounds = {p.round_index: _lists(p) for p in plans if isinstance(p, RoundPlan)}
     # round 0 fetches {1,2,3}; round 1 fetches {4,5,6}: 6 rows <= 7.
     assert rounds[0]["prefetch"] == [1, 2, 3] and rounds[1]["prefetch"] == [4, 5, 6]
-    # round 2 (steps 4,5; cutoff (2-1)*2-2 = 0): eligible = latest use <= 0 = {2}. With T = 1 a
-    # count-1 id unused within L is trainer 0's singleton: 2 at step 0 (next use 5 > 0 + 4) is
-    # stale -> evicted. 3 (latest use 1) is not eligible yet. Round 2 uses {1,7,2}: fetch {2,7}.
-    # Rows of steps 1..5 = {1,2,3,4,5,6,7} = 7 <= 7.
-    assert rounds[2]["evict"] == [2] and rounds[2]["prefetch"] == [2, 7]
-    # resident {1,2,3,4,5,6,7} = 7. Round 3 (steps 6,7; cutoff 2): eligible 3 (latest 1) and 5
-    # (latest 2), both stale singletons -> evicted. Fetch 8: resident {1,2,4,6,7,8} = 6.
-    assert rounds[3]["evict"] == [3, 5] and rounds[3]["prefetch"] == [8]
+    # With T = 1 no copy goes stale, so singleton rows stay while they fit. Round 2 (steps 4,5)
+    # uses {1,7,2}: fetch {7} -> 7 resident. Round 3 (steps 6,7; cutoff (3-1)*2-2 = 2; horizon
+    # 7+4 = 11) uses {1,8}: fetching 8 makes 8 > 7, so one eligible row not used in round 3 goes:
+    # candidates 3 (latest use 1) and 5 (latest use 2), neither used again (next use "never"):
+    # the tie goes to the larger id, 5. No lease broken.
+    assert rounds[2]["evict"] == [] and rounds[2]["prefetch"] == [7]
+    assert rounds[3]["evict"] == [5] and rounds[3]["prefetch"] == [8]
     assert stats.peak_resident_rows == 7
-    assert stats.capacity_evictions == 0
-
+    assert stats.capacity_evictions == 1 and stats.lease_breaks == 0
 
 def test_capacity_error_names_min_capacity(planner) -> None:
     # Same stream, capacity 6. Round 2 needs rows of steps 1..5 = {1,2,3,4,5,6,7} = 7 > 6 -> error.
@@ -175,14 +173,14 @@ def test_forced_eviction_breaks_a_lease(planner) -> None:
         planner(_matrices(BELADY_STREAM_3), OracleConfig(1, 8, 2, capacity=6))
     assert info.value.min_capacity == 7
     # With capacity 7: round 3 needs 7 rows; resident {1..6} + fetch {7,8} = 8 -> evict 1 row among
-    # eligible rows outside round 3: {2} (latest use 1; next use 8). Evict 2 (a lease break: 8 <=
-    # 1 + 8). Round 4 (steps 8,9; cutoff 4): eligible rows latest <= 4: 3,4 (stale singletons,
-    # latest 3, never again) and 5 (latest 5 > 4: no). Evict {3,4}; fetch 2 back.
+    # eligible rows (latest use <= 2) not used in round 3: {2} (latest use 1, next use 8 <= 1 + 8:
+    # a lease break). Round 4 (steps 8,9; cutoff 4) uses {2,8}: fetching 2 makes 8 > 7 again;
+    # candidates 3 and 4 (latest use 3, never used again; 5, 6 have latest use 5 > 4): evict 4.
     plans, stats = planner(_matrices(BELADY_STREAM_3), OracleConfig(1, 8, 2, capacity=7))
     rounds = {p.round_index: _lists(p) for p in plans if isinstance(p, RoundPlan)}
     assert rounds[3]["evict"] == [2] and rounds[3]["prefetch"] == [7, 8]
-    assert rounds[4]["evict"] == [3, 4] and rounds[4]["prefetch"] == [2]
-    assert stats.capacity_evictions == 1 and stats.lease_breaks == 1
+    assert rounds[4]["evict"] == [4] and rounds[4]["prefetch"] == [2]
+    assert stats.capacity_evictions == 2 and stats.lease_breaks == 1
 
 
 def test_config_validation() -> None:
