@@ -57,7 +57,7 @@ class Evaluator:
     def __init__(self, model_cfg: ModelConfig, schema: DatasetSchema, eval_source: BatchSource):
         if len(eval_source) == 0:
             raise ValueError("evaluation source has no batches")
-        self._model = ReferenceModel(model_cfg, schema, seed=0).eval()
+        self._model = ReferenceModel(model_cfg, schema, seed=0, init_tables=False).eval()
         self._source = eval_source
 
     @torch.no_grad()

@@ -9,6 +9,8 @@ The runner, not the system, owns what must be identical across systems for a com
 * **timing**: ``init_time_s`` is ``setup``; an iteration's ``iter_time_s`` is ``train_step`` alone
   (``time.perf_counter``), fetching the batch is timed apart as ``data_time_s`` (the paper's
   prototype pre-loaded its batches, so loading is not iteration time);
+* **system stats**: ``system.stats()`` is kept whole in ``RunResult.stats``; its numeric values
+  also enter the summary as ``system_<key>``;
 * **evaluation**: every ``eval_every`` steps and after the last step, by the same
   :class:`Evaluator` for every system, then ``on_phase_boundary(PhaseInfo(step, "eval", logloss))``.
 
@@ -188,6 +190,11 @@ def run_training(
             train_wall_s=total_wall_s - eval_wall_s,
             eval_wall_s=eval_wall_s,
             reorders_samples=float(result.reorders_samples),
+        )
+        result.summary.update(
+            (f"system_{key}", float(value))
+            for key, value in result.stats.items()
+            if isinstance(value, int | float) and not isinstance(value, bool)
         )
         _notify(callbacks, "on_run_end", result)
         return result

@@ -104,6 +104,7 @@ def test_summary_evals_and_callbacks(tiny_context: ContextFactory) -> None:
     assert s["auc"] == result.evals[-1].auc
     assert math.isnan(s["hit_rate"])
     assert s["reorders_samples"] == 0.0
+    assert s["system_table_bytes"] == TINY_SCHEMA.total_rows * 4 * 4  # rows x dim x fp32
     assert s["share_forward"] + s["share_backward"] + s["share_optimizer"] <= 1.0
     assert result.steps[0]["loss"] > 0 and "time_forward_s" in result.steps[0]
 
