@@ -33,9 +33,13 @@ class ModelConfig:
 
     name: str = "dlrm"
     embedding_dim: int = 16
+    # On the dense features: DLRM/DeepFM/DCN's bottom MLP (must end in embedding_dim), W&D's deep
+    # tower (any width).
     bottom_mlp: tuple[int, ...] = (64, 16)
+    # To the logit (must end in 1): DLRM's top MLP, W&D's head over [embeddings || deep tower],
+    # DeepFM's deep MLP over the fields, DCN's over-arch.
     top_mlp: tuple[int, ...] = (64, 32, 1)
-    # W&D deep tower, DeepFM MLP, DCN over-arch reuse ``top_mlp``; DCN's cross net:
+    # DCN's low-rank cross net:
     cross_layers: int = 2
     cross_rank: int = 8
     dropout: float = 0.0
