@@ -30,16 +30,25 @@ TINY_MODEL = ModelConfig(name="dlrm", embedding_dim=4, bottom_mlp=(8, 4), top_ml
 
 class TinySource:
     """``num_batches`` batches of ``batch_size`` one-hot examples; batch ``i`` depends only on
-    ``(seed, i)``. Ids are skewed (half the accesses go to row 0..1 of each table)."""
+    ``(seed, i)``. Ids are skewed (half the accesses go to rows 0..1 of each table).
+
+    Labels come from the teacher ``teacher_seed``, shared by default, so a source with another
+    ``seed`` is held-out data of the same task (use it for evaluation).
+    """
 
     def __init__(
-        self, schema: DatasetSchema, batch_size: int, num_batches: int, seed: int = 0
+        self,
+        schema: DatasetSchema,
+        batch_size: int,
+        num_batches: int,
+        seed: int = 0,
+        teacher_seed: int = 0,
     ) -> None:
         self.schema = schema
         self.batch_size = batch_size
         self.num_batches = num_batches
         self.seed = seed
-        teacher = torch.Generator().manual_seed(seed + 10_000)
+        teacher = torch.Generator().manual_seed(teacher_seed + 10_000)
         self._row_scores = [torch.randn(rows, generator=teacher) for rows in schema.table_sizes]
         self._dense_weights = torch.randn(schema.num_dense, generator=teacher)
 
