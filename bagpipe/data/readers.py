@@ -5,7 +5,8 @@ The text readers run on pyarrow's streaming CSV reader (``open_csv``, one block 
 at a time, never the whole file), read every column as a string and validate it with vectorised
 checks, so a bad cell is found without per-cell Python and mapped back to its physical line:
 
-* wrong column count -> pyarrow's ``invalid_row_handler`` (it knows the line number);
+* wrong column count -> pyarrow's ``invalid_row_handler`` (the threaded reader does not number
+  rows, so the error path rescans the file for the line);
 * a non-integer dense value or label, bad hex, a truncated compressed stream -> our checks.
 
 By default a malformed row raises ``DataFormatError`` naming the file and line, before any row of its
@@ -134,7 +135,7 @@ def _iter_batches(
     stats: ReadStats,
 ) -> Iterator[tuple[int, pa.RecordBatch]]:
     """``(first_line, batch)`` of all-string columns; column-count errors raise or are counted."""
-    bad_lines: list[tuple[int, str]] = []
+    bad_lines: list[tuple[int | None, str]] = []
 
     def on_invalid(row: pa_csv.InvalidRow) -> str:
         bad_lines.append((row.number, f"expected {row.expected_columns} fields, got {row.actual_columns}"))
@@ -145,7 +146,7 @@ def _iter_batches(
         reader = pa_csv.open_csv(
             path,
             read_options=pa_csv.ReadOptions(column_names=list(column_names), block_size=block_bytes,
-                                            skip_rows=1 if skip_header else 0, use_threads=False),
+                                            skip_rows=1 if skip_header else 0, use_threads=True),
             parse_options=pa_csv.ParseOptions(delimiter=delimiter, quote_char=False,
                                               invalid_row_handler=on_invalid),
             convert_options=pa_csv.ConvertOptions(column_types=dict.fromkeys(column_names, pa.string()),
@@ -163,12 +164,23 @@ def _iter_batches(
                                   f"unreadable input (truncated or corrupt?): {err}") from err
         if bad_lines:
             if not skip_bad_rows:
-                line, reason = min(bad_lines)
+                numbered = [(line, reason) for line, reason in bad_lines if line is not None]
+                line, reason = min(numbered) if numbered else (
+                    _first_line_with_wrong_width(path, delimiter, len(column_names)), bad_lines[0][1])
                 raise DataFormatError(path, line, reason)
             stats.bad_rows += len(bad_lines)
             bad_lines.clear()
         yield next_line, batch
         next_line += batch.num_rows
+
+
+def _first_line_with_wrong_width(path: str, delimiter: str, num_fields: int) -> int | None:
+    """Error path only: pyarrow's threaded reader does not number invalid rows, so scan for it."""
+    with _open_text(path) as handle:
+        for number, text in enumerate(handle, start=1):
+            if text.rstrip("\r\n").count(delimiter) != num_fields - 1:
+                return number
+    return None
 
 
 def _keep(block: RawBlock, keep: np.ndarray | None) -> RawBlock:

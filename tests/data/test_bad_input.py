@@ -101,7 +101,7 @@ def test_avazu_bad_inputs(tmp_path: Path, avazu_gen: SyntheticGenerator) -> None
     write_avazu_csv(str(path), avazu_gen.examples("train", 0, 50), avazu_gen.table_sizes)
     lines = path.read_text().split("\n")
     bad_header = tmp_path / "bad_header.csv"
-    bad_header.write_text("\n".join(["id,click,hour"] + lines[1:]))
+    bad_header.write_text("\n".join(["id,click,hour", *lines[1:]]))
     with pytest.raises(DataFormatError, match=r"bad_header\.csv:1: not an Avazu header"):
         next(iter_avazu_csv(str(bad_header)))
     cases = {"site_id": (5, "xyz!", "site_id"), "id": (0, "-5", "id"), "C14": (16, "1e5", "C14"),
