@@ -110,3 +110,46 @@ def bench(session: nox.Session) -> None:
     ensure_env(session)
     run_in_env(session, env_bin("python"), "-m", "bagpipe.bench", *session.posargs)
 
+
+
+@nox.session(venv_backend="none", default=False, tags=["repro"])
+def reproduce_fig7(session: nox.Session) -> None:
+    """Run suite=fig7 locally, then write results/fig7/ and reports/fig7.{png,md}.
+
+    Arguments after ``--`` go to Hydra (e.g. ``-- scale=paper``, ``-- cluster=slurm``). The sweep
+    itself is defined in ``suites/suite/fig7.yaml`` so that the Hydra CLI alone reproduces it.
+    """
+    ensure_env(session)
+    run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.train", "suite=fig7",
+               *session.posargs)
+    run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.report", "--suite", "fig7")
+
+
+@nox.session(venv_backend="none", default=False)
+def smoke(session: nox.Session) -> None:
+    """The smoke suite (about two minutes) and the MLPerf compliance check of its logs."""
+    ensure_env(session)
+    run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.train", "suite=smoke",
+               *session.posargs)
+    sweeps = sorted((ROOT / "multirun" / "smoke").glob("*/results"))
+    run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.mlperf", str(sweeps[-1]))
+
+
+@nox.session(venv_backend="none", default=False)
+def mlflow_ui(session: nox.Session) -> None:
+    """Serve the MLflow UI on the embedded store (./mlflow.db) and print its URL.
+
+    ``-- --port N`` picks the port (default: a free one); the UI stops with Ctrl-C.
+    """
+    import socket
+
+    ensure_env(session)
+    args = list(session.posargs)
+    if "--port" not in args:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            args += ["--port", str(probe.getsockname()[1])]
+    port = args[args.index("--port") + 1]
+    session.log(f"MLflow UI: http://127.0.0.1:{port}  (store sqlite:///{ROOT}/mlflow.db)")
+    run_in_env(session, env_bin("mlflow"), "ui", "--backend-store-uri",
+               f"sqlite:///{ROOT}/mlflow.db", "--host", "127.0.0.1", *args)

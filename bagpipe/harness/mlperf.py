@@ -178,3 +178,38 @@ def olympic_score(times: Sequence[float], max_dropped: int = 1) -> float | None:
 def score_results_dir(folder: Path) -> float | None:
     """Olympic time-to-train (minutes) over every ``result_*.txt`` in one benchmark folder."""
     return olympic_score([time_to_train_min(p) for p in sorted(folder.glob("result_*.txt"))])
+
+
+def check_compliance(path: Path, ruleset: str = "6.0.0") -> bool:
+    """Whether ``path`` passes the upstream MLPerf training compliance checker (``ruleset``)."""
+    from mlperf_logging.compliance_checker import mlp_compliance
+
+    checker = mlp_compliance.make_checker(usage="training", ruleset=ruleset, quiet=True, werror=False)
+    valid, *_ = mlp_compliance.main(str(path), f"training_{ruleset}/common.yaml", checker)
+    return bool(valid)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bagpipe.harness.mlperf <results dir>``: check every log, print olympic scores."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bagpipe.harness.mlperf", description=main.__doc__)
+    parser.add_argument("results_dir", type=Path)
+    parser.add_argument("--ruleset", default="6.0.0")
+    args = parser.parse_args(argv)
+    logs = sorted(args.results_dir.rglob("result_*.txt"))
+    failed = [p for p in logs if not check_compliance(p, args.ruleset)]
+    for folder in sorted({p.parent for p in logs}):
+        score = score_results_dir(folder)
+        shown = "invalid (too few converged runs)" if score is None else f"{score:.4f} min"
+        print(f"{folder.relative_to(args.results_dir)}: olympic time-to-train {shown}")
+    print(f"{len(logs) - len(failed)}/{len(logs)} logs pass the compliance checker ({args.ruleset})")
+    for path in failed:
+        print(f"FAILED: {path}")
+    return 1 if failed or not logs else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -38,6 +38,8 @@ class RunRecord:
     end_ms: int | None = None
     #: The sweep directory whose ``mlflow_parent.json`` names the parent run (None: no parent).
     sweep_dir: str | None = None
+    #: The store the run was meant for (what a later upload uses unless told otherwise).
+    tracking_uri: str | None = None
 
     def save(self, directory: Path) -> None:
         """Write ``run.json`` atomically (a reader never sees half a file)."""

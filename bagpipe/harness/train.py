@@ -1,0 +1,260 @@
+"""``python -m bagpipe.harness.train``: one training run (or, with ``-m``/a suite, a sweep of them).
+
+Example::
+
+    python -m bagpipe.harness.train system=local model=dlrm dataset=synthetic_kaggle run.steps=100
+    python -m bagpipe.harness.train suite=smoke                 # a sweep (suite files set MULTIRUN)
+    python -m bagpipe.harness.train -m system=local,sync_ps seed=0,1,2 cluster=slurm
+
+A run builds the dataset, the model config and the :class:`TrainContext`, instantiates the system
+from ``cfg.system`` (``hydra.utils.instantiate``), runs :func:`run_training`, prints AUC, logloss
+and the iteration time with its phase breakdown, and records everything: a local
+:class:`RunRecord` and an MLPerf ``mllog`` file first, then the MLflow run (a child of the sweep's
+parent run). A multi-process system spawns its roles inside the job through its own ``Cluster``;
+on a multi-node SLURM allocation the Cluster takes ranks from the environment instead (its env
+mode), and the launcher's ``tasks_per_node``/``nodes`` give it those ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from bagpipe.harness.mlperf import MllogRecorder, Submission, result_path
+from bagpipe.harness.record import ARTIFACTS_DIR, RunRecord
+from bagpipe.harness.schema import register_configs
+from bagpipe.harness.tracking import default_tracking_uri, upload_record
+from bagpipe.harness.workspace import git_sha, slurm_job_id
+
+SUITES_DIR = Path(os.environ.get("BAGPIPE_SUITES", Path(__file__).resolve().parents[2] / "suites"))
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where one run writes: its own directory, the shared results tree, the sweep (if any)."""
+
+    run_dir: Path
+    results_dir: Path
+    launch_dir: Path
+    sweep_dir: Path | None = None
+
+    @classmethod
+    def from_hydra(cls, cfg: DictConfig) -> RunPaths:
+        hydra_cfg = HydraConfig.get()
+        run_dir = Path(hydra_cfg.runtime.output_dir)
+        sweep_dir = Path(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None
+        default_results = (sweep_dir or run_dir) / "results"
+        results = Path(cfg.mllog.results_dir) if cfg.mllog.results_dir else default_results
+        return cls(run_dir, results, Path(hydra_cfg.runtime.cwd), sweep_dir)
+
+
+class _StepLog:
+    """Runner callback that keeps per-step metrics (with a wall-clock stamp) for the record."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, float]] = []
+
+    def on_step(self, step: int, metrics: dict[str, float]) -> None:
+        self.steps.append({**metrics, "step": float(step), "time_ms": time.time() * 1000.0})
+
+
+def _flat_params(cfg: DictConfig) -> dict[str, str]:
+    """Every resolved config value as a dotted ``key -> str`` (MLflow params are strings)."""
+    out: dict[str, str] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        else:
+            out[prefix.rstrip(".")] = str(node)
+
+    walk(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "")
+    return out
+
+
+def _tags(cfg: DictConfig, paths: RunPaths) -> dict[str, str]:
+    return {
+        "system": _system_name(cfg),
+        "model": _plain(cfg.model)["name"],
+        "dataset": _dataset_name(cfg),
+        "suite": str(cfg.suite_name),
+        "sweep_id": paths.sweep_dir.name if paths.sweep_dir else "none",
+        "git_sha": git_sha(paths.launch_dir),
+        "cluster": str(cfg.cluster_name),
+        "scale": str(cfg.scale_name),
+        "slurm_job_id": slurm_job_id(),
+    }
+
+
+def _system_name(cfg: DictConfig) -> str:
+    return str(HydraConfig.get().runtime.choices.get("system", "custom"))
+
+
+def _dataset_name(cfg: DictConfig) -> str:
+    return str(HydraConfig.get().runtime.choices.get("dataset", "custom"))
+
+
+def execute(cfg: DictConfig, paths: RunPaths, tags: dict[str, str]) -> RunRecord:
+    """Run one configured training run and record it; return its record (also on failure)."""
+    from hydra.utils import instantiate
+
+    from bagpipe.core.link import LinkConfig
+    from bagpipe.core.system import OptimConfig, TrainContext
+    from bagpipe.data import DatasetConfig, make_dataset
+    from bagpipe.harness.runner import RunConfig, run_training
+    from bagpipe.models import ModelConfig
+
+    record_dir = paths.run_dir / "record"
+    artifacts = record_dir / ARTIFACTS_DIR
+    artifacts.mkdir(parents=True, exist_ok=True)
+    record = RunRecord(
+        run_name=f"{tags['system']}-{tags['model']}-s{cfg.seed}",
+        experiment=str(cfg.tracking.experiment),
+        params=_flat_params(cfg),
+        tags=tags,
+        start_ms=int(time.time() * 1000),
+        sweep_dir=str(paths.sweep_dir) if paths.sweep_dir else None,
+        tracking_uri=resolve_tracking_uri(cfg, paths.launch_dir),
+    )
+    (artifacts / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    record.save(record_dir)
+    run = cfg.run
+    mllog_path = result_path(
+        paths.results_dir, tags["system"], tags["model"], str(cfg.mllog.benchmark), int(cfg.seed)
+    )
+    mllog = MllogRecorder(
+        mllog_path,
+        Submission(str(cfg.mllog.benchmark), str(cfg.mllog.division), str(cfg.mllog.org),
+                   str(cfg.mllog.platform)),
+        target_auc=float(run.target_auc),
+    )
+    mllog.init_start(
+        int(cfg.seed), int(run.batch_size),
+        {"system": tags["system"], "model": tags["model"], "dataset": tags["dataset"],
+         "target_auc": float(run.target_auc)},
+    )
+    steps = _StepLog()
+    try:
+        dataset = make_dataset(DatasetConfig(**_plain(cfg.dataset)))
+        model_cfg = ModelConfig(**_tupled(_plain(cfg.model)))
+        train_source = dataset.train(int(run.batch_size), int(run.steps))
+        eval_source = dataset.eval(int(run.batch_size), int(run.eval_batches))
+        system = instantiate(cfg.system, _convert_="all")
+        ctx = TrainContext(
+            schema=dataset.schema,
+            model=model_cfg,
+            optim=OptimConfig(**_plain(cfg.optim)),
+            global_batch_size=int(run.batch_size),
+            seed=int(cfg.seed),
+            source=train_source,
+            link=LinkConfig(**_plain(cfg.link)),
+            workdir=paths.run_dir,
+        )
+        mllog.set_samples(
+            len(train_source) * int(run.batch_size), len(eval_source) * int(run.batch_size)
+        )
+        result = run_training(
+            system, ctx, eval_source,
+            RunConfig(num_steps=int(run.steps), eval_every=int(run.eval_every),
+                      warmup_steps=int(run.warmup_steps), progress=bool(run.progress)),
+            callbacks=[mllog, steps],
+        )
+        record.summary = {**result.summary, "time_to_target_s": _or_nan(mllog.time_to_target_s),
+                          "reached_target": float(mllog.status == "success")}
+        record.evals = [dict(vars(point)) for point in result.evals]
+        record.status = "FINISHED"
+    except Exception as err:
+        mllog.fail()
+        record.status = "FAILED"
+        record.error = "".join(traceback.format_exception(err))
+        print(f"[harness] run {record.run_name} FAILED: {err!r}")
+    finally:
+        record.steps = steps.steps
+        record.end_ms = int(time.time() * 1000)
+        shutil.copy(mllog_path, artifacts / "mllog.txt")
+        hydra_dir = paths.run_dir / ".hydra"
+        if hydra_dir.is_dir():
+            shutil.copytree(hydra_dir, artifacts / "hydra", dirs_exist_ok=True)
+        record.save(record_dir)
+    return record
+
+
+def _plain(node: DictConfig) -> dict[str, Any]:
+    container = OmegaConf.to_container(node, resolve=True, enum_to_str=True)
+    assert isinstance(container, dict)
+    return {str(k): v for k, v in container.items() if not str(k).startswith("_")}
+
+
+def _tupled(values: dict[str, Any]) -> dict[str, Any]:
+    """Lists back to tuples: the frozen config dataclasses hold tuples."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+
+
+def _or_nan(value: float | None) -> float:
+    return float("nan") if value is None else value
+
+
+def print_summary(record: RunRecord) -> None:
+    """AUC, logloss, mean iteration time and where it goes, on stdout."""
+    s = record.summary
+    if record.status != "FINISHED":
+        print(f"[harness] {record.run_name}: {record.status}\n{record.error or ''}")
+        return
+    phases = {k[len("time_"):-len("_s")]: v for k, v in s.items()
+              if k.startswith("time_") and k.endswith("_s") and k != "time_to_target_s"}
+    breakdown = ", ".join(f"{name} {1000 * v:.2f} ms" for name, v in phases.items() if v > 0)
+    print(
+        f"[harness] {record.run_name}: auc {s['auc']:.4f}  logloss {s['logloss']:.4f}  "
+        f"iter {1000 * s['iter_time_mean_s']:.2f} ms (p50 {1000 * s['iter_time_p50_s']:.2f}, "
+        f"p90 {1000 * s['iter_time_p90_s']:.2f})\n[harness]   phases: {breakdown or 'none'}"
+    )
+
+
+def resolve_tracking_uri(cfg: DictConfig, launch_dir: Path) -> str | None:
+    """The store this run goes to; None when tracking is off, the embedded store when unset."""
+    if not cfg.tracking.enabled:
+        return None
+    return str(cfg.tracking.uri) if cfg.tracking.uri else default_tracking_uri(launch_dir)
+
+
+def record_to_tracking(cfg: DictConfig, paths: RunPaths, record_dir: Path) -> None:
+    """Upload the run; if the store is down, say so and how to upload later (nothing is lost)."""
+    uri = resolve_tracking_uri(cfg, paths.launch_dir)
+    if uri is None:
+        return
+    try:
+        run_id = upload_record(record_dir, uri)
+        print(f"[harness] MLflow run {run_id} in {uri}")
+    except Exception as err:  # the record on disk is the source of truth
+        print(f"[harness] tracking store {uri} unavailable ({err.__class__.__name__}: {err}); "
+              f"results kept in {record_dir}. Upload later with: "
+              f"python -m bagpipe.harness.upload {paths.sweep_dir or record_dir}")
+
+
+@hydra.main(version_base="1.3", config_path=str(SUITES_DIR), config_name="config")
+def main(cfg: DictConfig) -> float | None:
+    """The Hydra task: one run. Returns its mean iteration time (None if it failed)."""
+    paths = RunPaths.from_hydra(cfg)
+    record = execute(cfg, paths, _tags(cfg, paths))
+    print_summary(record)
+    record_to_tracking(cfg, paths, paths.run_dir / "record")
+    if record.status != "FINISHED" and (paths.sweep_dir is None or cfg.fail_fast):
+        raise RuntimeError(f"run {record.run_name} failed; see {paths.run_dir / 'record'}")
+    return record.summary.get("iter_time_mean_s")
+
+
+register_configs()
+
+if __name__ == "__main__":
+    main()
