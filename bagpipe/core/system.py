@@ -45,9 +45,24 @@ class OptimConfig:
     dense_lr: float = 0.1
 
 
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a resumed run starts: ``step`` batches are done and the model is ``state``.
+
+    A system that declares ``supports_resume`` builds its replicas and shards from ``state`` instead
+    of the seeded initial weights, and expects ``train_step`` to be called from ``step`` on.
+    """
+
+    step: int
+    state: ModelState
+
+
 @dataclass
 class TrainContext:
-    """Everything a system needs to set itself up; built by the runner, identical for all systems."""
+    """Everything a system needs to set itself up; built by the runner, identical for all systems.
+
+    ``resume`` is set only when the runner restarts a run from a checkpoint (``bagpipe.core.checkpoint``).
+    """
 
     schema: DatasetSchema
     model: ModelConfig
@@ -58,6 +73,7 @@ class TrainContext:
     link: LinkConfig = field(default_factory=LinkConfig)
     meter: Meter = field(default_factory=Meter)
     workdir: Path = field(default_factory=lambda: Path("."))
+    resume: ResumePoint | None = None
 
 
 @dataclass
@@ -99,6 +115,8 @@ class System(ABC):
     name: ClassVar[str]
     #: True for systems whose ``prepare_dataset`` changes which examples share a batch (FAE).
     reorders_samples: ClassVar[bool] = False
+    #: True for systems whose ``setup`` honours ``ctx.resume`` (restart from a checkpoint).
+    supports_resume: ClassVar[bool] = False
 
     @abstractmethod
     def setup(self, ctx: TrainContext) -> None:

@@ -12,7 +12,14 @@ The runner, not the system, owns what must be identical across systems for a com
 * **system stats**: ``system.stats()`` is kept whole in ``RunResult.stats``; its numeric values
   also enter the summary as ``system_<key>``;
 * **evaluation**: every ``eval_every`` steps and after the last step, by the same
-  :class:`Evaluator` for every system, then ``on_phase_boundary(PhaseInfo(step, "eval", logloss))``.
+  :class:`Evaluator` for every system, then ``on_phase_boundary(PhaseInfo(step, "eval", logloss))``;
+* **checkpoints** (given a :class:`~bagpipe.core.checkpoint.CheckpointStore`): every
+  ``checkpoint_every`` steps, after that step's boundaries and evaluation, the runner saves
+  ``system.full_state()``, the step and the torch RNG state (``checkpoint_wall_s`` in the summary
+  counts in ``train_wall_s``, not in any iteration). ``resume=checkpoint`` sets up the system from
+  it (``ctx.resume``; only systems with ``supports_resume``), restores the RNG state and trains
+  steps ``checkpoint.step .. num_steps - 1``: the same steps, on the same state, as the
+  uninterrupted run (``bagpipe.harness.recovery`` restarts a run that failed this way).
 
 Callbacks (mllog, MLflow, tests) observe the run in this order::
 
@@ -34,13 +41,14 @@ import statistics
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from bagpipe.core.checkpoint import Checkpoint, CheckpointStore
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
 from bagpipe.core.system import PhaseInfo, System, TrainContext
 from bagpipe.data.source import BatchSource
@@ -56,12 +64,15 @@ class RunConfig:
         eval_every: evaluate after every ``eval_every`` steps; ``0`` evaluates only at the end.
         warmup_steps: iterations left out of the iteration-time statistics.
         progress: show a progress bar (only when stderr is a terminal).
+        checkpoint_every: save a checkpoint every this many steps (``0``: never); needs a
+            checkpoint store passed to :func:`run_training`.
     """
 
     num_steps: int
     eval_every: int
     warmup_steps: int = 5
     progress: bool = True
+    checkpoint_every: int = 0
 
     def __post_init__(self) -> None:
         if self.num_steps < 1:
@@ -70,10 +81,17 @@ class RunConfig:
             raise ValueError(f"run.eval_every: must be >= 0, got {self.eval_every}")
         if self.warmup_steps < 0:
             raise ValueError(f"run.warmup_steps: must be >= 0, got {self.warmup_steps}")
+        if self.checkpoint_every < 0:
+            raise ValueError(f"run.checkpoint_every: must be >= 0, got {self.checkpoint_every}")
 
     def eval_due(self, steps_done: int) -> bool:
         periodic = self.eval_every > 0 and steps_done % self.eval_every == 0
         return periodic or steps_done == self.num_steps
+
+    def checkpoint_due(self, steps_done: int) -> bool:
+        """A checkpoint after ``steps_done`` steps (never after the last: the run is over)."""
+        every = self.checkpoint_every
+        return every > 0 and steps_done % every == 0 and steps_done < self.num_steps
 
 
 @dataclass(frozen=True)
@@ -125,17 +143,34 @@ def run_training(
     eval_source: BatchSource,
     cfg: RunConfig,
     callbacks: Sequence[object] = (),
+    *,
+    checkpoints: CheckpointStore | None = None,
+    resume: Checkpoint | None = None,
 ) -> RunResult:
     """Set ``system`` up, train it for ``cfg.num_steps`` steps, evaluate, and always close it.
+
+    With ``resume``, training starts after ``resume.step`` steps from that checkpoint's state;
+    ``result.steps`` then holds only the steps this call trained.
 
     Errors from the system propagate after ``close``; ``on_run_end`` is then not called.
     """
     result = RunResult(reorders_samples=type(system).reorders_samples)
     try:
+        first_step = 0
+        if resume is not None:
+            if not type(system).supports_resume:
+                raise ValueError(
+                    f"system {type(system).name!r} cannot resume from a checkpoint "
+                    f"({resume.path}): it does not declare supports_resume"
+                )
+            ctx = replace(ctx, resume=resume.resume_point())
+            first_step = resume.step
         torch.manual_seed(ctx.seed)
         init_start = time.perf_counter()
         system.setup(ctx)
         init_time_s = time.perf_counter() - init_start
+        if resume is not None:
+            torch.set_rng_state(resume.rng_state)
         source = system.prepare_dataset(ctx.source)
         if len(source) == 0:
             raise ValueError("training source has no batches")
@@ -144,9 +179,11 @@ def run_training(
         _notify(callbacks, "on_run_start", ctx)
         run_start = time.perf_counter()
         eval_wall_s = 0.0
+        checkpoint_wall_s = 0.0
         records: list[StepRecord] = []
         with _progress_bar(cfg) as advance:
-            for step in range(cfg.num_steps):
+            advance(float("nan"), first_step)
+            for step in range(first_step, cfg.num_steps):
                 data_start = time.perf_counter()
                 batch = source[step % len(source)]
                 step_start = time.perf_counter()
@@ -182,6 +219,10 @@ def run_training(
                     result.evals.append(point)
                     _notify(callbacks, "on_eval", point)
                     system.on_phase_boundary(PhaseInfo(done, "eval", scores.logloss))
+                if checkpoints is not None and cfg.checkpoint_due(done):
+                    checkpoint_start = time.perf_counter()
+                    checkpoints.save(done, system.full_state(), torch.get_rng_state())
+                    checkpoint_wall_s += time.perf_counter() - checkpoint_start
         total_wall_s = time.perf_counter() - run_start
         result.stats = dict(system.stats())
         result.summary = summarize(result.steps, records, result.evals, cfg, source.batch_size)
@@ -189,6 +230,8 @@ def run_training(
             init_time_s=init_time_s,
             train_wall_s=total_wall_s - eval_wall_s,
             eval_wall_s=eval_wall_s,
+            checkpoint_wall_s=checkpoint_wall_s,
+            first_step=float(first_step),
             reorders_samples=float(result.reorders_samples),
         )
         result.summary.update(
@@ -275,7 +318,7 @@ def _progress_bar(cfg: RunConfig) -> Iterator[Any]:
     with progress:
         task = progress.add_task("train", total=cfg.num_steps, loss=float("nan"))
 
-        def advance(loss: float) -> None:
-            progress.update(task, advance=1, loss=loss)
+        def advance(loss: float, steps: int = 1) -> None:
+            progress.update(task, advance=steps, loss=loss)
 
         yield advance

@@ -14,14 +14,16 @@ import torch
 from bagpipe.core.batch import Batch, global_ids
 from bagpipe.core.meter import Phase
 from bagpipe.core.system import ModelState, StepResult, System, TrainContext
-from bagpipe.models import RecModel, build_dense_model, initial_tables, table_dim
+from bagpipe.models import RecModel, table_dim
 from bagpipe.systems.common import forward_backward, sgd_dense_, sgd_rows_, unique_rows
+from bagpipe.systems.start import start_dense_model, start_tables
 
 
 class LocalSystem(System):
     """All tables as one flat ``[total_rows, table_dim]`` tensor indexed by global row id."""
 
     name = "local"
+    supports_resume = True
 
     def __init__(self) -> None:
         self._ctx: TrainContext | None = None
@@ -29,9 +31,10 @@ class LocalSystem(System):
         self._model: RecModel | None = None
 
     def setup(self, ctx: TrainContext) -> None:
-        tables = initial_tables(ctx.schema, table_dim(ctx.model), ctx.seed)
+        resume = ctx.resume.state if ctx.resume else None
+        tables = start_tables(ctx.schema, table_dim(ctx.model), ctx.seed, resume)
         self._rows = torch.cat([tables[name] for name in ctx.schema.table_names])
-        self._model = build_dense_model(ctx.model, ctx.schema, ctx.seed)
+        self._model = start_dense_model(ctx.model, ctx.schema, ctx.seed, resume)
         self._model.train()
         self._ctx = ctx
 

@@ -1,0 +1,177 @@
+"""Run training through role failures: restart the job from the last checkpoint and carry on.
+
+When a role process of a multi-process system dies (a trainer, an embedding-server shard, the
+oracle), the system's :class:`~bagpipe.core.cluster.Cluster` raises
+:class:`~bagpipe.core.cluster.RoleFailedError` naming it within ~0.1 s. :func:`run_with_recovery`
+then lets the runner close the system (every role process is ended), builds a fresh system,
+resumes it from the newest valid checkpoint in the store and trains on. The restart is whole-job:
+the cheapest correct choice here, since every system's state outside the embedding servers is
+either replicated (dense weights) or soft (caches), and the servers' rows are in the checkpoint.
+
+Because a checkpoint holds the whole training state (model, step, RNG; SGD has no optimizer
+state) and the runner replays the same batches from the checkpointed step, a recovered run ends
+with exactly the model of an uninterrupted run with the same seed (``tests/fault`` checks this
+bit for bit for a killed trainer and a killed embedding server).
+
+Only role failures are retried: any other exception is a bug or bad input, and retrying a
+deterministic run would fail the same way.
+
+Callbacks see one run: ``on_run_start`` once, and ``on_step`` / ``on_eval`` once per step (steps
+trained again after a restart are not reported twice).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bagpipe.core.checkpoint import CheckpointStore
+from bagpipe.core.cluster import RoleFailedError
+from bagpipe.core.system import System, TrainContext
+from bagpipe.data.source import BatchSource
+from bagpipe.harness.runner import EvalPoint, RunConfig, RunResult, run_training
+
+__all__ = ["Restart", "run_with_recovery"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Restart:
+    """One recovery: which role failed, where training resumed, and how long it took.
+
+    ``failed_step`` is the step in flight (or the boundary work after it) when the failure was
+    seen; ``resumed_step`` the checkpoint's step (0: no checkpoint yet, started over);
+    ``recovery_s`` from noticing the failure to the first completed step after the restart.
+    """
+
+    role: str
+    reason: str
+    failed_step: int
+    resumed_step: int
+    recovery_s: float
+
+
+@dataclass
+class _Progress:
+    """The one run callbacks see across attempts, and what the driver saw of every attempt.
+
+    ``steps`` / ``evals`` keep the latest measurement of each step (a step trained again after a
+    restart replaces the lost attempt's); callbacks see each step and evaluation once, the first
+    time, and ``on_run_start`` once.
+    """
+
+    callbacks: Sequence[object]
+    started: bool = False
+    steps: dict[int, dict[str, float]] = field(default_factory=dict)
+    evals: dict[int, EvalPoint] = field(default_factory=dict)
+    current_step: int = 0
+    failure_seen_at: float | None = None
+    recovery_s: list[float] = field(default_factory=list)
+
+    def on_run_start(self, ctx: TrainContext) -> None:
+        if not self.started:
+            self.started = True
+            _forward(self.callbacks, "on_run_start", ctx)
+
+    def on_step(self, step: int, metrics: dict[str, float]) -> None:
+        self.current_step = step + 1
+        if self.failure_seen_at is not None:
+            self.recovery_s.append(time.perf_counter() - self.failure_seen_at)
+            self.failure_seen_at = None
+        if step not in self.steps:
+            _forward(self.callbacks, "on_step", step, metrics)
+        self.steps[step] = metrics
+
+    def on_eval(self, point: EvalPoint) -> None:
+        if point.step not in self.evals:
+            _forward(self.callbacks, "on_eval", point)
+        self.evals[point.step] = point
+
+    def on_run_end(self, result: RunResult) -> None:
+        _forward(self.callbacks, "on_run_end", result)
+
+
+def _forward(callbacks: Sequence[object], method: str, *args: Any) -> None:
+    for callback in callbacks:
+        hook = getattr(callback, method, None)
+        if hook is not None:
+            hook(*args)
+
+
+def run_with_recovery(
+    make_system: Callable[[], System],
+    ctx: TrainContext,
+    eval_source: BatchSource,
+    cfg: RunConfig,
+    store: CheckpointStore,
+    callbacks: Sequence[object] = (),
+    *,
+    max_restarts: int = 3,
+    resume_existing: bool = True,
+) -> tuple[RunResult, list[Restart]]:
+    """Train like :func:`~bagpipe.harness.runner.run_training`, restarting after role failures.
+
+    Args:
+        make_system: builds a fresh, not yet set up system (called once per attempt).
+        store: where checkpoints are saved every ``cfg.checkpoint_every`` steps and resumed from.
+        max_restarts: role failures tolerated; the next one is re-raised.
+        resume_existing: start from the store's newest checkpoint if it has one (a requeued SLURM
+            job); ``False`` requires an empty store, so a fresh run never resumes by accident.
+
+    Returns:
+        The run's result and its restarts. ``result.steps`` / ``evals`` cover the whole run, each
+        step once (its latest training); ``summary`` is the last attempt's, plus ``restarts``,
+        ``recovery_s`` (summed) and ``first_step`` (where the last attempt started).
+    """
+    if max_restarts < 0:
+        raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
+    resume = store.load_latest()
+    if resume is not None and not resume_existing:
+        raise ValueError(
+            f"{store.root} already holds checkpoints (newest: step {resume.step}); pass "
+            f"resume_existing=True to continue that run, or use an empty directory"
+        )
+    progress = _Progress(callbacks)
+    failures: list[tuple[RoleFailedError, int, int]] = []
+    while True:
+        progress.current_step = resume.step if resume is not None else 0
+        try:
+            result = run_training(
+                make_system(), ctx, eval_source, cfg,
+                callbacks=[progress], checkpoints=store, resume=resume,
+            )
+            break
+        except RoleFailedError as failure:
+            if progress.failure_seen_at is not None:  # the previous restart never trained a step
+                progress.recovery_s.append(float("nan"))
+            progress.failure_seen_at = time.perf_counter()
+            if len(failures) >= max_restarts:
+                raise
+            resume = store.load_latest()
+            resumed_step = resume.step if resume is not None else 0
+            _log.warning(
+                "role failure at step %d: %s; restarting from step %d",
+                progress.current_step, str(failure).splitlines()[0], resumed_step,
+            )
+            failures.append((failure, progress.current_step, resumed_step))
+    restarts = [
+        Restart(
+            role=failure.role,
+            reason=str(failure).splitlines()[0],
+            failed_step=failed_step,
+            resumed_step=resumed_step,
+            recovery_s=recovery_s,
+        )
+        for (failure, failed_step, resumed_step), recovery_s in zip(
+            failures, progress.recovery_s, strict=True
+        )
+    ]
+    result.steps = [progress.steps[step] for step in sorted(progress.steps)]
+    result.evals = [progress.evals[step] for step in sorted(progress.evals)]
+    result.summary["restarts"] = float(len(restarts))
+    result.summary["recovery_s"] = sum(r.recovery_s for r in restarts)
+    return result, restarts

@@ -1,0 +1,149 @@
+"""The checkpoint store: round trip, atomic publication, keep-K, checksum fallback, clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import bagpipe.core.checkpoint as checkpoint_module
+from bagpipe.core.checkpoint import CheckpointError, CheckpointStore, CheckpointWarning
+from bagpipe.core.system import ModelState
+
+
+def _state(value: float) -> ModelState:
+    return ModelState(
+        tables={"t_a": torch.full((5, 3), value), "t_b": torch.arange(8.0).reshape(4, 2) + value},
+        dense={"w": torch.full((2, 2), -value), "b": torch.zeros(2)},
+    )
+
+
+def _save(store: CheckpointStore, step: int) -> None:
+    torch.manual_seed(step)
+    store.save(step, _state(float(step)), torch.get_rng_state())
+
+
+def test_round_trip_is_exact(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, fingerprint={"system": "local", "sizes": (5, 4)})
+    torch.manual_seed(7)
+    rng = torch.get_rng_state()
+    saved = store.save(40, _state(1.5), rng)
+    loaded = store.load_latest()
+    assert loaded is not None and loaded.step == 40 and loaded.path == saved.path
+    for name, table in _state(1.5).tables.items():
+        assert torch.equal(loaded.state.tables[name], table)
+    for name, tensor in _state(1.5).dense.items():
+        assert torch.equal(loaded.state.dense[name], tensor)
+    assert torch.equal(loaded.rng_state, rng)
+    assert loaded.resume_point().step == 40
+    manifest = json.loads((saved.path / "manifest.json").read_text())
+    assert set(manifest["files"]) == {"tables.pt", "dense.pt", "rng.pt"}
+    assert all(len(entry["sha256"]) == 64 for entry in manifest["files"].values())
+
+
+def test_empty_store_has_no_checkpoint(tmp_path: Path) -> None:
+    assert CheckpointStore(tmp_path / "new").load_latest() is None
+
+
+def test_keeps_only_the_newest(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, keep=2)
+    for step in (10, 20, 30, 40):
+        _save(store, step)
+    assert [step for step, _ in store.steps()] == [30, 40]
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        (lambda d: (d / "tables.pt").write_bytes((d / "tables.pt").read_bytes()[:-7]), "truncated"),
+        (lambda d: _flip_byte(d / "dense.pt"), "sha256"),
+        (lambda d: (d / "rng.pt").unlink(), "rng.pt: missing"),
+        (lambda d: (d / "manifest.json").write_text("{not json"), "manifest.json: unreadable"),
+        (lambda d: (d / "manifest.json").unlink(), "manifest.json: missing"),
+    ],
+)
+def test_corrupt_newest_falls_back_to_previous(tmp_path: Path, damage, expected: str) -> None:
+    store = CheckpointStore(tmp_path, keep=3)
+    _save(store, 10)
+    _save(store, 20)
+    damage(tmp_path / "step_00000020")
+    with pytest.warns(CheckpointWarning, match=expected) as caught:
+        loaded = store.load_latest()
+    assert "step_00000020" in str(caught[0].message)
+    assert loaded is not None and loaded.step == 10
+    assert torch.equal(loaded.state.tables["t_a"], _state(10.0).tables["t_a"])
+
+
+def test_all_corrupt_is_an_error_naming_each_file(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    _save(store, 10)
+    _save(store, 20)
+    _flip_byte(tmp_path / "step_00000010" / "tables.pt")
+    (tmp_path / "step_00000020" / "dense.pt").unlink()
+    with pytest.warns(CheckpointWarning), pytest.raises(CheckpointError) as error:
+        store.load_latest()
+    assert "step_00000010/tables.pt" in str(error.value)
+    assert "step_00000020/dense.pt: missing" in str(error.value)
+
+
+def test_checkpoint_of_another_run_is_refused(tmp_path: Path) -> None:
+    CheckpointStore(tmp_path, fingerprint={"seed": 1}).save(5, _state(0.0), torch.get_rng_state())
+    with pytest.raises(CheckpointError, match="another run"):
+        CheckpointStore(tmp_path, fingerprint={"seed": 2}).load_latest()
+
+
+def test_crash_while_writing_leaves_previous_valid(tmp_path: Path, monkeypatch) -> None:
+    store = CheckpointStore(tmp_path)
+    _save(store, 10)
+    real_write = checkpoint_module._write_synced
+    calls = []
+
+    def crash_on_second_file(path: Path, data: bytes) -> None:
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError("disk full (injected)")
+        real_write(path, data)
+
+    monkeypatch.setattr(checkpoint_module, "_write_synced", crash_on_second_file)
+    with pytest.raises(OSError, match="injected"):
+        _save(store, 20)
+    monkeypatch.undo()
+    assert [step for step, _ in store.steps()] == [10]
+    assert not list(tmp_path.glob(".tmp-*"))
+    loaded = store.load_latest()
+    assert loaded is not None and loaded.step == 10
+
+
+def test_half_written_temporary_is_ignored_then_removed(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    _save(store, 10)
+    orphan = tmp_path / ".tmp-step_00000020-99999"  # a writer killed before the rename
+    orphan.mkdir()
+    (orphan / "tables.pt").write_bytes(b"partial")
+    loaded = store.load_latest()
+    assert loaded is not None and loaded.step == 10
+    _save(store, 20)
+    assert not orphan.exists()
+
+
+def test_retaking_a_step_replaces_it(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    store.save(10, _state(1.0), torch.get_rng_state())
+    store.save(10, _state(2.0), torch.get_rng_state())
+    loaded = store.load_latest()
+    assert loaded is not None
+    assert torch.equal(loaded.state.tables["t_a"], _state(2.0).tables["t_a"])
+    assert [step for step, _ in store.steps()] == [10]
+
+
+def test_bad_keep_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"checkpoint\.keep"):
+        CheckpointStore(tmp_path, keep=0)
+
+
+def _flip_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
