@@ -215,7 +215,8 @@ def _paper_arch(key: str, *, _root_: Any) -> Any:
     """
     from bagpipe.models import paper_config
 
-    value = getattr(paper_config(str(_root_.model.name)), key)
+    name = _root_.model.name
+    value = getattr(paper_config(name.value if isinstance(name, enum.Enum) else str(name)), key)
     return list(value) if isinstance(value, tuple) else value
 
 

@@ -63,9 +63,10 @@ def validate_sweep(config: DictConfig) -> list[list[str]]:
                 OmegaConf.masked_copy(job_cfg, [k for k in job_cfg if k != "hydra"]), resolve=True
             )
         except Exception as err:
+            detail = f"{err}\n{err.__cause__}" if err.__cause__ else str(err)
             raise SweepConfigError(
                 f"sweep job #{number} ({' '.join(overrides)}) has an invalid config; "
-                f"nothing was launched:\n{err}"
+                f"nothing was launched:\n{detail}"
             ) from err
     return jobs
 

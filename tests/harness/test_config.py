@@ -1,0 +1,90 @@
+"""The suites/ tree composes, validates values against the schemas, and builds systems."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from bagpipe.core.registry import registered_systems
+from bagpipe.harness.schema import register_configs
+from bagpipe.harness.train import SUITES_DIR
+from bagpipe.models import paper_config
+
+
+@pytest.fixture(autouse=True)
+def hydra_suites():
+    register_configs()
+    with initialize_config_dir(config_dir=str(SUITES_DIR), version_base="1.3"):
+        yield
+
+
+def test_default_config_builds_the_local_system():
+    cfg = compose("config")
+    system = instantiate(cfg.system, _convert_="all")
+    assert type(system).__name__ == "LocalSystem"
+    assert cfg.model.bottom_mlp[-1] == cfg.model.embedding_dim
+    assert OmegaConf.to_container(cfg.link) == {
+        "bandwidth_gbps": 10.0, "latency_us": 50.0, "enabled": True
+    }
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("run.stepz=3", "stepz"),                      # misspelt key
+        ("run.steps=many", "run.steps"),               # wrong type
+        ("model.name=dlrn", "dlrm, wdl, deepfm, dcn"),  # not a valid choice: the choices are listed
+        ("dataset.kind=parquet", "synthetic, criteo_tsv"),
+        ("model=dlrn", "Available options"),           # unknown group option
+        ("system.cache_rows=5", "cache_rows"),         # a knob the local system does not take
+    ],
+)
+def test_bad_values_fail_at_composition_naming_the_key(override: str, expected: str):
+    with pytest.raises(ConfigCompositionException) as info:
+        cfg = compose("config", overrides=[override])
+        OmegaConf.to_container(cfg, resolve=True)
+    message = str(info.value) + str(info.value.__cause__)
+    assert expected in message
+
+
+@pytest.mark.parametrize("model", ["dlrm", "wdl", "deepfm", "dcn"])
+def test_scale_paper_uses_the_papers_architecture(model: str):
+    cfg = compose("config", overrides=[f"model={model}", "scale=paper"])
+    paper = paper_config(model)
+    assert cfg.run.batch_size == 16384
+    assert cfg.trainers == 8
+    assert cfg.model.embedding_dim == 48
+    assert tuple(cfg.model.bottom_mlp) == paper.bottom_mlp
+    assert tuple(cfg.model.top_mlp) == paper.top_mlp
+
+
+def test_every_system_option_names_its_registered_class():
+    """Each suites/system/<name>.yaml whose system is installed composes and builds that class."""
+    from bagpipe.core.registry import load_system
+
+    options = sorted(p.stem for p in (SUITES_DIR / "system").glob("*.yaml"))
+    installed = [name for name in options if name in registered_systems()]
+    assert "local" in installed
+    for name in installed:
+        cfg = compose("config", overrides=[f"system={name}"])
+        assert cfg.system._target_ == f"{load_system(name).__module__}.{load_system(name).__name__}"
+
+
+def test_a_bad_value_late_in_a_sweep_fails_before_any_job_runs(tmp_path: Path):
+    done = subprocess.run(
+        [sys.executable, "-m", "bagpipe.harness.train", "-m", "cluster=inprocess",
+         "run.steps=2,three", "tracking.enabled=false", f"hydra.sweep.dir={tmp_path}/sweep"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
+    )
+    assert done.returncode != 0
+    output = done.stderr + done.stdout
+    assert "sweep job #1 (cluster=inprocess run.steps=three" in output
+    assert "full_key: run.steps" in output
+    assert not list(tmp_path.rglob("run.json"))
