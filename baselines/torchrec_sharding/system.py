@@ -1,0 +1,205 @@
+"""``torchrec``: the tables sharded across the trainers by TorchRec's ``DistributedModelParallel``.
+
+The driver spawns T trainer roles (``bagpipe.core.cluster``); each builds the same model, joins the
+trainers' gloo group and lets TorchRec shard the ``EmbeddingBagCollection`` by the plan (see
+``plan.py``). Every step the driver sends each trainer its slice of the global batch (plus, with
+``use_pipeline``, the slices TorchRec's ``TrainPipelineSparseDist`` wants ahead of time); the
+trainers run TorchRec's all-to-alls and DDP's all-reduce among themselves. Semantics equal
+``local``'s exactly (``trainer.py`` explains the gradient scaling).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import torch
+
+from bagpipe.core.batch import Batch, split_batch
+from bagpipe.core.cluster import Cluster
+from bagpipe.core.meter import StepRecord
+from bagpipe.core.system import ModelState, StepResult, System, TrainContext
+from bagpipe.data.source import BatchSource
+from bagpipe.models import table_dim
+from baselines.torchrec_sharding.plan import ShardingKnobs
+from baselines.torchrec_sharding.trainer import TorchRecTrainer, TrainerSpec
+
+PIPELINE_DEPTH = 2  # batches TrainPipelineSparseDist holds beyond the current one
+
+
+class TorchRecSharding(System):
+    """TorchRec DMP over T trainers (knobs: see :class:`~.plan.ShardingKnobs`).
+
+    Args:
+        num_trainers: T, the trainers sharing the tables.
+        sharding: ``auto`` (planner) or ``table_wise`` / ``row_wise`` / ``column_wise`` /
+            ``data_parallel`` for every table.
+        kernel: ``fused`` (SGD inside backward, FBGEMM TBE) or ``dense``.
+        use_pipeline: train through ``TrainPipelineSparseDist`` (input dist one batch ahead).
+        planner: plan a named ``sharding`` with TorchRec's planner rather than by hand.
+        min_partition: smallest column-wise shard width.
+        step_timeout_s: longest a step may take before the run fails.
+    """
+
+    name = "torchrec"
+
+    def __init__(
+        self,
+        num_trainers: int = 2,
+        sharding: str = "auto",
+        kernel: str = "fused",
+        use_pipeline: bool = False,
+        planner: bool = False,
+        min_partition: int | None = None,
+        step_timeout_s: float = 300.0,
+    ) -> None:
+        if num_trainers < 1:
+            raise ValueError(f"system.num_trainers must be >= 1, got {num_trainers}")
+        self.num_trainers = num_trainers
+        self.knobs = ShardingKnobs(sharding, kernel, planner, min_partition)
+        self.use_pipeline = use_pipeline
+        self.step_timeout_s = step_timeout_s
+        self._ctx: TrainContext | None = None
+        self._cluster: Cluster | None = None
+        self._trainers: list[Any] = []
+        self._source: BatchSource | None = None
+        self._next_step = 0
+        self._sent_until = 0  # batches [0, _sent_until) have been sent to the trainers
+        self._ahead: deque[Batch] = deque()  # sent ahead (pipeline), not yet trained
+
+    def setup(self, ctx: TrainContext) -> None:
+        if ctx.global_batch_size % self.num_trainers:
+            raise ValueError(
+                f"global_batch_size {ctx.global_batch_size} does not split into "
+                f"system.num_trainers={self.num_trainers} equal slices"
+            )
+        self._ctx = ctx
+        self._source = ctx.source
+        roles = [f"trainer_{k}" for k in range(self.num_trainers)]
+        self._cluster = Cluster(roles, link=ctx.link)
+        spec = TrainerSpec(
+            schema=ctx.schema,
+            model=ctx.model,
+            optim=ctx.optim,
+            seed=ctx.seed,
+            global_batch_size=ctx.global_batch_size,
+            knobs=self.knobs,
+            use_pipeline=self.use_pipeline,
+        )
+        try:
+            group = self._cluster.new_group("trainers", self.num_trainers)
+            self._trainers = [
+                self._cluster.remote(role, TorchRecTrainer, rank, group, spec)
+                for rank, role in enumerate(roles)
+            ]
+            # Building a trainer runs collectives (planner, DMP): wait for all of them together.
+            self._cluster.wait([t.rpc_async().plan_description() for t in self._trainers])
+        except BaseException:
+            self.close()
+            raise
+
+    def train_step(self, step: int, batch: Batch) -> StepResult:
+        ctx, cluster = self._require_setup()
+        if batch.labels.shape[0] != ctx.global_batch_size:
+            raise ValueError(
+                f"step {step}: batch of {batch.labels.shape[0]} examples, but global_batch_size "
+                f"is {ctx.global_batch_size}"
+            )
+        new_batches = self._batches_to_send(step, batch)
+        per_rank: list[list[Batch]] = [[] for _ in self._trainers]
+        for global_batch in new_batches:
+            for rank, piece in enumerate(split_batch(global_batch, self.num_trainers)):
+                per_rank[rank].append(piece)
+        futures = [
+            trainer.rpc_async().train_step(step, pieces)
+            for trainer, pieces in zip(self._trainers, per_rank, strict=True)
+        ]
+        results = cluster.wait(futures, timeout_s=self.step_timeout_s)
+        record = StepRecord()
+        for _, trainer_record in results:
+            record = record + trainer_record
+        # Phase times as seen by trainer 0 (StepResult's convention), traffic summed over trainers.
+        record.phase_s = dict(results[0][1].phase_s)
+        loss = sum(bce_sum for bce_sum, _ in results) / ctx.global_batch_size
+        return StepResult(loss=loss, record=record)
+
+    def _batches_to_send(self, step: int, batch: Batch) -> list[Batch]:
+        """This step's batch, or with the pipeline every batch up to ``step + PIPELINE_DEPTH``.
+
+        Batches sent ahead come from the context's source; when their turn comes, the batch the
+        runner passes must be the same one (else the pipeline would train on other data).
+        """
+        if step != self._next_step:
+            raise ValueError(
+                f"torchrec trains batches in order: expected step {self._next_step}, got {step}"
+            )
+        self._next_step += 1
+        if not self.use_pipeline:
+            return [batch]
+        assert self._source is not None
+        if self._ahead:
+            expected = self._ahead.popleft()
+            if not _same_batch(expected, batch):
+                raise ValueError(
+                    f"step {step}: the batch differs from source[{step}] sent ahead to the pipeline"
+                )
+        out = [batch] if step == self._sent_until else []
+        last = min(step + PIPELINE_DEPTH, len(self._source) - 1)
+        for index in range(max(self._sent_until, step + 1), last + 1):
+            ahead = self._source[index]
+            self._ahead.append(ahead)
+            out.append(ahead)
+        self._sent_until = max(self._sent_until, last + 1, step + 1)
+        return out
+
+    def full_state(self) -> ModelState:
+        ctx, cluster = self._require_setup()
+        pieces_per_rank = cluster.wait([t.rpc_async().table_pieces() for t in self._trainers])
+        tables: dict[str, torch.Tensor] = {}
+        for name, rows in zip(ctx.schema.table_names, ctx.schema.table_sizes, strict=True):
+            full = torch.full((rows, table_dim(ctx.model)), float("nan"))
+            for pieces in pieces_per_rank:
+                for (row_off, col_off), tensor in pieces.get(name, []):
+                    full[
+                        row_off : row_off + tensor.shape[0], col_off : col_off + tensor.shape[1]
+                    ] = tensor
+            if torch.isnan(full).any():
+                raise RuntimeError(f"table {name}: the trainers' shards do not cover it")
+            tables[name] = full
+        dense = cluster.wait(self._trainers[0].rpc_async().dense_state())
+        return ModelState(tables=tables, dense=dense)
+
+    def stats(self) -> dict[str, Any]:
+        if self._cluster is None or not self._trainers:
+            return {}
+        described = self._cluster.wait(self._trainers[0].rpc_async().plan_description())
+        return {
+            "plan": described["plan"],
+            "rows_per_rank": described["load"]["rows"],
+            "bytes_per_rank": described["load"]["bytes"],
+            "sharding": self.knobs.sharding,
+            "kernel": self.knobs.kernel,
+            "use_pipeline": self.use_pipeline,
+        }
+
+    def close(self) -> None:
+        cluster, self._cluster = self._cluster, None
+        if cluster is None:
+            return
+        try:
+            if self._trainers and cluster.failure is None:
+                cluster.wait([t.rpc_async().close() for t in self._trainers], timeout_s=60)
+        finally:
+            self._trainers = []
+            cluster.close()
+
+    def _require_setup(self) -> tuple[TrainContext, Cluster]:
+        if self._ctx is None or self._cluster is None:
+            raise RuntimeError("TorchRecSharding used before setup(ctx) or after close()")
+        return self._ctx, self._cluster
+
+
+def _same_batch(a: Batch, b: Batch) -> bool:
+    return torch.equal(a.labels, b.labels) and torch.equal(
+        a.sparse_features.values(), b.sparse_features.values()
+    )
