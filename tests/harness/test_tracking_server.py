@@ -1,0 +1,143 @@
+"""Against a real ``mlflow server``: a sweep's runs, their parent and speedups read back over REST;
+a run made while the server is unreachable finishes, keeps its results, and uploads later."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+TINY = ["run.steps=4", "run.eval_every=2", "run.warmup_steps=1", "run.batch_size=64",
+        "run.eval_batches=1", "run.progress=false", "cluster=inprocess"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An ``mlflow server`` on a free port; its whole process group is stopped afterwards."""
+    home = tmp_path_factory.mktemp("mlflow_server")
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
+         f"sqlite:///{home}/mlflow.db", "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1"],
+        cwd=home, stdout=(home / "server.log").open("w"), stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError((home / "server.log").read_text()[-2000:])
+            time.sleep(0.5)
+        yield uri
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        try:  # the server's job runner outlives its parent unless the group is stopped
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def rest(uri: str, path: str, body: dict | None = None) -> dict:
+    request = urllib.request.Request(
+        f"{uri}/api/2.0/mlflow/{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        return json.loads(reply.read())
+
+
+def search_runs(uri: str, filter_string: str) -> list[dict]:
+    experiments = rest(uri, "experiments/search", {"max_results": 100})["experiments"]
+    ids = [e["experiment_id"] for e in experiments]
+    return rest(uri, "runs/search", {"experiment_ids": ids, "filter": filter_string,
+                                     "max_results": 100}).get("runs", [])
+
+
+def harness(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=600, check=False)
+
+
+def tags_of(run: dict) -> dict[str, str]:
+    return {t["key"]: t["value"] for t in run["data"].get("tags", [])}
+
+
+def metrics_of(run: dict) -> dict[str, float]:
+    return {m["key"]: m["value"] for m in run["data"].get("metrics", [])}
+
+
+def test_sweep_runs_are_children_of_one_parent_with_speedups(server: str, tmp_path: Path):
+    sweep_dir = tmp_path / "sweep"
+    done = harness("bagpipe.harness.train", "suite=smoke", "hydra.sweeper.params.model=dlrm",
+                   f"tracking.uri={server}", f"hydra.sweep.dir={sweep_dir}", *TINY, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    parent_id = json.loads((sweep_dir / "mlflow_parent.json").read_text())["run_id"]
+    children = search_runs(server, f"tags.`mlflow.parentRunId` = '{parent_id}'")
+    assert len(children) == 2  # local x dlrm x seeds 0, 1
+    for child in children:
+        tags = tags_of(child)
+        assert (tags["system"], tags["model"], tags["suite"]) == ("local", "dlrm", "smoke")
+        assert tags["sweep_id"] == "sweep" and tags["git_sha"] and tags["slurm_job_id"] == "none"
+        metrics = metrics_of(child)
+        assert metrics["speedup_vs_local"] == pytest.approx(1.0)
+        assert 0.0 <= metrics["auc"] <= 1.0 and metrics["iter_time_mean_s"] > 0
+        history = urllib.request.urlopen(
+            f"{server}/api/2.0/mlflow/metrics/get-history?run_id={child['info']['run_id']}"
+            "&metric_key=loss", timeout=30)
+        assert len(json.loads(history.read())["metrics"]) == 4  # one point per step
+        artifacts = rest(server, f"artifacts/list?run_id={child['info']['run_id']}")
+        assert {"config.yaml", "mllog.txt"} <= {f["path"] for f in artifacts["files"]}
+    assert (sweep_dir / "runs.csv").read_text().count("\n") == 3
+
+
+def test_run_survives_the_server_being_down_and_uploads_later(server: str, tmp_path: Path):
+    down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    run_dir = tmp_path / "run"
+    done = harness("bagpipe.harness.train", f"tracking.uri={down}", f"hydra.run.dir={run_dir}",
+                   "seed=7", *TINY, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "python -m bagpipe.harness.upload" in done.stdout
+    assert (run_dir / "record" / "run.json").exists()
+    assert not (run_dir / "record" / "mlflow_run.json").exists()
+    assert list((run_dir / "results").rglob("result_7.txt"))
+
+    uploaded = harness("bagpipe.harness.upload", str(run_dir), "--tracking-uri", server,
+                       cwd=tmp_path)
+    assert uploaded.returncode == 0, uploaded.stderr[-3000:]
+    (run,) = search_runs(server, "tags.`mlflow.runName` = 'local-dlrm-s7'")
+    assert run["info"]["status"] == "FINISHED"
+    assert metrics_of(run)["iter_time_mean_s"] > 0
+    again = harness("bagpipe.harness.upload", str(run_dir), "--tracking-uri", server, cwd=tmp_path)
+    assert again.returncode == 0
+    assert len(search_runs(server, "tags.`mlflow.runName` = 'local-dlrm-s7'")) == 1
