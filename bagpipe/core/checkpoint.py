@@ -47,7 +47,7 @@ import torch
 
 from bagpipe.core.system import ModelState, ResumePoint
 
-__all__ = ["Checkpoint", "CheckpointError", "CheckpointStore", "CheckpointWarning"]
+__all__ = ["Checkpoint", "CheckpointError", "CheckpointStore", "CheckpointWarning", "state_digest"]
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -89,6 +89,21 @@ class Checkpoint:
         """Bytes of tensor payload (tables, dense, RNG)."""
         tensors = [*self.state.tables.values(), *self.state.dense.values(), self.rng_state]
         return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def state_digest(state: ModelState) -> str:
+    """sha256 over every table and dense tensor (names, dtypes, shapes, bytes), in name order.
+
+    Two runs ended with bit-identical models exactly when their digests are equal; a run on
+    another machine (SLURM) reports this instead of its tensors.
+    """
+    digest = hashlib.sha256()
+    for kind, tensors in (("table", state.tables), ("dense", state.dense)):
+        for name in sorted(tensors):
+            tensor = tensors[name].detach().contiguous().cpu()
+            digest.update(f"{kind}:{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+            digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def _serialise(obj: object) -> bytes:

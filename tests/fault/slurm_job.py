@@ -1,0 +1,84 @@
+"""A preemptible training job for the SLURM test: submitit ``Checkpointable``, resumes from its store.
+
+On preemption (SIGUSR2 from SLURM) submitit calls ``checkpoint()``, which resubmits this same
+callable, and requeues the job. The requeued job calls it again; ``run_with_recovery`` finds the
+checkpoints the first run wrote in the same store directory and resumes from the newest.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import submitit
+import torch
+
+from bagpipe.core.checkpoint import CheckpointStore, state_digest
+from bagpipe.core.system import OptimConfig, TrainContext
+from bagpipe.harness.recovery import run_with_recovery
+from bagpipe.harness.runner import RunConfig
+from bagpipe.systems.local import LocalSystem
+from tests.conftest import TINY_MODEL, TINY_SCHEMA, TinySource
+
+SEED = 5
+
+
+def context() -> TrainContext:
+    return TrainContext(
+        schema=TINY_SCHEMA,
+        model=TINY_MODEL,
+        optim=OptimConfig(),
+        global_batch_size=8,
+        seed=SEED,
+        source=TinySource(TINY_SCHEMA, 8, 16, seed=SEED),
+    )
+
+
+def eval_source() -> TinySource:
+    return TinySource(TINY_SCHEMA, 8, 2, seed=SEED + 100)
+
+
+class _Finish:
+    """Keeps the final model's digest; optionally slows every step so the job can be preempted."""
+
+    def __init__(self, systems: list[LocalSystem], step_sleep_s: float) -> None:
+        self.systems = systems
+        self.step_sleep_s = step_sleep_s
+        self.digest = ""
+
+    def on_step(self, step: int, metrics: dict[str, float]) -> None:
+        time.sleep(self.step_sleep_s)
+
+    def on_run_end(self, result: object) -> None:
+        self.digest = state_digest(self.systems[-1].full_state())
+
+
+def train(store_dir: Path, num_steps: int, checkpoint_every: int, step_sleep_s: float) -> dict[str, Any]:
+    """Train (resuming from ``store_dir`` if it holds checkpoints); the final digest and start."""
+    torch.set_num_threads(1)
+    systems: list[LocalSystem] = []
+
+    def make() -> LocalSystem:
+        systems.append(LocalSystem())
+        return systems[-1]
+
+    finish = _Finish(systems, step_sleep_s)
+    cfg = RunConfig(num_steps, eval_every=0, warmup_steps=0, checkpoint_every=checkpoint_every,
+                    progress=False)
+    store = CheckpointStore(store_dir, fingerprint={"system": "local", "seed": SEED})
+    result, _ = run_with_recovery(make, context(), eval_source(), cfg, store, [finish])
+    return {"digest": finish.digest, "first_step": int(result.summary["first_step"])}
+
+
+class PreemptibleTraining(submitit.helpers.Checkpointable):
+    """The submitted callable: ``checkpoint()`` (inherited) resubmits it unchanged."""
+
+    def __init__(self, store_dir: str, num_steps: int, checkpoint_every: int, step_sleep_s: float):
+        self.store_dir = store_dir
+        self.num_steps = num_steps
+        self.checkpoint_every = checkpoint_every
+        self.step_sleep_s = step_sleep_s
+
+    def __call__(self) -> dict[str, Any]:
+        return train(Path(self.store_dir), self.num_steps, self.checkpoint_every, self.step_sleep_s)

@@ -1,0 +1,69 @@
+"""A job on the local SLURM cluster is preempted mid-run, requeued by submitit, resumes from its
+checkpoints and ends with exactly the model of an uninterrupted run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fault.slurm_job import PreemptibleTraining, train
+
+pytestmark = pytest.mark.slurm
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STEPS, EVERY = 20, 4
+
+
+def _cluster_up() -> None:
+    if shutil.which("sbatch") is None:
+        pytest.skip("no SLURM client (sbatch) on PATH")
+    probe = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=30)
+    if probe.returncode != 0 or not probe.stdout.strip():
+        pytest.fail(f"SLURM is installed but not running (start it with .ci/slurm-up): {probe.stderr}")
+
+
+def _state(job_id: str) -> str:
+    out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True,
+                         text=True, timeout=30)
+    return out.stdout.strip()
+
+
+def _wait_for(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def test_preempted_job_resumes_to_the_same_model(tmp_path: Path, monkeypatch) -> None:
+    _cluster_up()
+    import submitit
+
+    reference = train(tmp_path / "reference", STEPS, EVERY, step_sleep_s=0.0)
+    monkeypatch.setenv("PYTHONPATH", f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    executor = submitit.AutoExecutor(folder=tmp_path / "submitit", cluster="slurm")
+    executor.update_parameters(timeout_min=10, slurm_partition="debug", cpus_per_task=1)
+    store = tmp_path / "store"
+    job = executor.submit(PreemptibleTraining(str(store), STEPS, EVERY, step_sleep_s=0.25))
+    try:
+        _wait_for(lambda: any(store.glob("step_*")), 120, "the job's first checkpoint")
+        # What SLURM sends a preempted (or timed-out) job; submitit checkpoints and requeues it.
+        subprocess.run(["scancel", "--signal=USR2", job.job_id], check=True, timeout=30)
+        _wait_for(lambda: "Requeued job" in (job.stderr() or ""), 60, "submitit's requeue")
+        # SLURM holds a requeued job ~2 min (BeginTime); once it is pending, let it start now.
+        _wait_for(lambda: _state(job.job_id) in ("PENDING", "RUNNING", ""), 60, "the requeue")
+        if _state(job.job_id) == "PENDING":
+            subprocess.run(["scontrol", "update", f"jobid={job.job_id}", "StartTime=now"],
+                           check=True, capture_output=True, timeout=30)
+        outcome = job.result()
+    finally:
+        subprocess.run(["scancel", job.job_id], capture_output=True, timeout=30)
+    assert outcome["first_step"] > 0, "the requeued job started over instead of resuming"
+    assert outcome["first_step"] % EVERY == 0
+    assert outcome["digest"] == reference["digest"]
