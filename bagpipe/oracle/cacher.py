@@ -15,15 +15,19 @@ round ``r`` the planner reads batches up to ``last_step(r) + L``.
 
 How it is fast (per batch ``b`` with ``n`` unique ids; no per-row Python loop anywhere):
 
-* one sort of the batch's ``[B*F]`` ids packed with their positions gives the unique ids, their
-  counts and, for count-1 ids, the owning example;
-* ``RowMap`` turns ids into dense indices; per-row state lives in arrays over rows *seen*;
-* every (step, id) use gets a slot in a ring buffer holding its *next use*; reading batch ``b``
-  writes ``b`` into the slot of each id's previous use. A step's ``sync_now`` is then
-  ``next == i+1`` and its singletons ``count == 1 & next > i+L``, with no set operations;
+* unique ids, counts and, for count-1 ids, the owning example come per column (``uniques``):
+  ``np.bincount`` for small tables, a sort of ``B`` packed ids for large ones;
+* ``RowMap`` turns ids into dense int32 indices once per (step, id): small tables through a direct
+  array, the rest through a hash; per-row state lives in arrays over rows *seen* (grown by
+  doubling), and the window keeps per step only dense indices, owners and a flag (10 B per use);
+* every (step, id) use has a slot in a ``UseRing`` block holding its *next use*; reading batch
+  ``b`` writes ``b`` into the slot of each id's previous use, found from one packed per-row
+  ``(step, position)`` of its latest use. A step's ``sync_now`` is then ``next == i+1`` and its
+  singletons ``count == 1 & next > i+L``, with no set operations;
 * a round's rows are the uses whose previous use lies before the round (so they come out unique,
   without a union); the resident set is an array of dense indices with per-row latest use, stale
-  owner and next use, so evictions, Belady's choice and the capacity check are masks over it.
+  owner and next use, so evictions, Belady's choice and the capacity check are masks over it;
+  sorted outputs come from sorting ids packed with their owner (no argsort, no gathers).
 """
 
 from __future__ import annotations
@@ -38,27 +42,30 @@ import torch
 from bagpipe.core.batch import Batch, DatasetSchema, global_ids
 from bagpipe.oracle.config import OracleConfig
 from bagpipe.oracle.plan import CapacityError, RoundPlan, StepPlan
+from bagpipe.oracle.ring import NEVER, UseRing
 from bagpipe.oracle.rowmap import RowMap
 from bagpipe.oracle.stats import OracleStats
+from bagpipe.oracle.uniques import batch_segments
 
-NEVER = np.iinfo(np.int32).max  # "no next use known"
 BatchLike = Batch | torch.Tensor | np.ndarray
+DIRECT_ROWS_MAX = 1 << 17  # tables up to this many rows map ids through a direct int32 array
+MAX_TRAINERS = np.iinfo(np.int16).max  # owners are int16 in the window, 16-bit fields when sorted
+_POSITION_BITS = 32  # a row's latest use, packed: step << 32 | position in that step
 
 
 @dataclass
 class _StepUses:
-    """The unique ids of one batch and what the planner needs to know about each."""
+    """The unique ids of one batch (as dense rows, in id order) and what the planner needs of each."""
 
-    ids: np.ndarray  # [n] int64, sorted
-    rows: np.ndarray  # [n] dense row indices (RowMap)
-    once_owner: np.ndarray  # [n] int16: owning trainer for count-1 ids, else -1
+    rows: np.ndarray  # [n] int32 dense row indices (RowMap), ascending global id
+    once_owner: np.ndarray  # [n] int8/int16: owning trainer for count-1 ids, else -1
     first_in_round: np.ndarray  # [n] bool: no earlier use in this step's round
-    base_slot: int  # ring slots base_slot .. base_slot + n - 1
 
 
 def _grown(array: np.ndarray, size: int, fill: int) -> np.ndarray:
-    bigger = np.full(size, fill, dtype=array.dtype)
+    bigger = np.empty(size, dtype=array.dtype)
     bigger[: array.size] = array
+    bigger[array.size :] = fill
     return bigger
 
 
@@ -66,8 +73,11 @@ class OracleCacher:
     """Plans prefetch, eviction, write-back and gradient sync for Bagpipe trainers (see ``plan.py``).
 
     Args:
-        schema: turns ``Batch``es into global ids; ``None`` if batches come as ``[B, F]`` global ids.
+        schema: turns ``Batch``es into global ids, and tells the planner each column's table (tables
+            of at most ``direct_rows_max`` rows skip the hash); ``None`` if batches come as ``[B, F]``
+            global ids of unknown tables.
         num_trainers, lookahead, cleanup_interval, capacity: see ``OracleConfig``.
+        direct_rows_max: the largest table mapped through a direct array (with a schema).
 
     One instance plans one stream: state carries from batch to batch.
     """
@@ -79,22 +89,31 @@ class OracleCacher:
         lookahead: int = 200,
         cleanup_interval: int | None = None,
         capacity: int | None = None,
+        *,
+        direct_rows_max: int = DIRECT_ROWS_MAX,
     ) -> None:
         self.config = OracleConfig(num_trainers, lookahead, cleanup_interval, capacity)
+        if num_trainers > MAX_TRAINERS:
+            raise ValueError(f"OracleCacher: num_trainers={num_trainers} exceeds {MAX_TRAINERS}")
         self.schema = schema
         self.stats = OracleStats()
-        self._rowmap = RowMap()
+        self._table_ranges: list[tuple[int, int]] = []  # (first id, rows) per column
+        self._direct_table: dict[int, int] = {}  # column -> RowMap direct table
+        if schema is not None:
+            offsets = schema.table_offsets.tolist()
+            self._table_ranges = list(zip(offsets, schema.table_sizes, strict=True))
+            small = [f for f, (_, rows) in enumerate(self._table_ranges) if rows <= direct_rows_max]
+            self._direct_table = {f: k for k, f in enumerate(small)}
+        self._rowmap = RowMap([self._table_ranges[f] for f in self._direct_table])
+        self._owner_dtype = np.int8 if num_trainers <= np.iinfo(np.int8).max else np.int16
         self._row_slots = 0
-        self._last_seen = np.empty(0, dtype=np.int64)  # step of each row's latest ingested use
-        self._last_slot = np.empty(0, dtype=np.int64)  # ring slot of that use
+        self._last_use = np.empty(0, dtype=np.int64)  # latest ingested use: step << 32 | position
         self._resident = np.empty(0, dtype=bool)
-        self._res_last = np.empty(0, dtype=np.int64)  # latest committed use (resident rows)
-        self._res_owner = np.empty(0, dtype=np.int16)  # stale owner (singleton latest use) or -1
-        self._res_next = np.empty(0, dtype=np.int64)  # next use after res_last, NEVER if unknown
-        self._round_mark = np.empty(0, dtype=np.int64)  # last round that used the row
-        self._resident_rows = np.empty(0, dtype=np.int64)
-        self._ring = np.full(1 << 16, NEVER, dtype=np.int64)  # next use of each (step, id) slot
-        self._next_slot = 0
+        self._res_last = np.empty(0, dtype=np.int32)  # latest committed use (resident rows)
+        self._res_owner = np.empty(0, dtype=self._owner_dtype)  # stale owner or -1
+        self._res_next = np.empty(0, dtype=np.int32)  # next use after res_last, NEVER if unknown
+        self._resident_rows = np.empty(0, dtype=np.int32)
+        self._ring = UseRing(max_live_steps=lookahead + 2 * self.config.ci + 2)
         self._steps: dict[int, _StepUses] = {}
         self._ingested = 0  # batches read
         self._num_steps: int | None = None  # known once the stream ends
@@ -116,31 +135,53 @@ class OracleCacher:
         if count <= self._row_slots:
             return
         size = max(count, 2 * self._row_slots, 1024)
-        self._last_seen = _grown(self._last_seen, size, -1)
-        self._last_slot = _grown(self._last_slot, size, -1)
+        self._last_use = _grown(self._last_use, size, -1)
         self._resident = _grown(self._resident, size, False)
         self._res_last = _grown(self._res_last, size, -1)
         self._res_owner = _grown(self._res_owner, size, -1)
         self._res_next = _grown(self._res_next, size, NEVER)
-        self._round_mark = _grown(self._round_mark, size, -1)
         self._row_slots = size
 
-    def _ring_floor(self) -> int:
-        """The oldest ring slot still live (the first slot of the oldest step kept)."""
-        return self._steps[min(self._steps)].base_slot if self._steps else self._next_slot
+    def _unique_rows(self, matrix: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray]:
+        """Dense rows of the batch's unique ids (ascending id) and each id's once-example or -1."""
+        segments = batch_segments(matrix)
+        rows = np.empty(sum(s.ids.size for s in segments), dtype=np.int32)
+        hashed: list[tuple[int, np.ndarray]] = []
+        start = 0
+        for segment in segments:
+            stop = start + segment.ids.size
+            if self._table_ranges and segment.ids.size:
+                self._check_range(segment.column, segment.ids, step)
+            table = self._direct_table.get(segment.column)
+            if table is None:
+                hashed.append((start, segment.ids))
+            else:
+                first_id = self._table_ranges[segment.column][0]
+                rows[start:stop] = self._rowmap.index_direct(table, segment.ids - first_id)
+            start = stop
+        if len(hashed) == 1:
+            start, ids = hashed[0]
+            rows[start : start + ids.size] = self._rowmap.index(ids)
+        elif hashed:
+            where = np.concatenate([np.arange(s, s + ids.size) for s, ids in hashed])
+            rows[where] = self._rowmap.index(np.concatenate([ids for _, ids in hashed]))
+        once = segments[0].once_example
+        if len(segments) > 1:
+            once = np.concatenate([s.once_example for s in segments])
+        return rows, once
 
-    def _ring_reserve(self, count: int) -> None:
-        floor = self._ring_floor()
-        live = self._next_slot - floor
-        if live + count <= self._ring.size:
-            return
-        size = self._ring.size
-        while size < live + count:
-            size *= 2
-        live_slots = np.arange(floor, self._next_slot)
-        ring = np.full(size, NEVER, dtype=np.int64)
-        ring[live_slots & (size - 1)] = self._ring[live_slots & (self._ring.size - 1)]
-        self._ring = ring
+    def _check_range(self, column: int, ids: np.ndarray, step: int) -> None:
+        if column < 0 or column >= len(self._table_ranges):
+            raise ValueError(
+                f"batch {step}: ids of {len(self._table_ranges)}-table schema "
+                f"{self.schema.name if self.schema else ''!r} overlap across columns"
+            )
+        first_id, table_rows = self._table_ranges[column]
+        if ids[0] < first_id or ids[-1] >= first_id + table_rows:
+            raise ValueError(
+                f"batch {step}: column {column} has global ids {ids[0]}..{ids[-1]} outside its "
+                f"table's range {first_id}..{first_id + table_rows - 1}"
+            )
 
     def ingest(self, batch: BatchLike) -> None:
         """Read the next global batch of the stream."""
@@ -154,58 +195,54 @@ class OracleCacher:
                 f"batch {step}: {batch_size} examples do not split into "
                 f"{self.config.num_trainers} equal trainer slices"
             )
-        ids, once_example = _unique_with_once_example(
-            matrix.reshape(-1).astype(np.int64, copy=False)
-        )
-        once_owner = np.full(ids.size, -1, dtype=np.int16)
-        has_once = once_example >= 0
+        if self._table_ranges and num_features != len(self._table_ranges):
+            raise ValueError(
+                f"batch {step}: {num_features} columns for a schema of {len(self._table_ranges)} tables"
+            )
+        rows, once_example = self._unique_rows(matrix, step)
         per_trainer = batch_size // self.config.num_trainers
-        once_owner[has_once] = (once_example[has_once] // num_features) // per_trainer
-
-        rows = self._rowmap.index(ids)
+        once_owner = np.where(once_example >= 0, once_example // per_trainer, -1).astype(
+            self._owner_dtype
+        )
         self._ensure_rows(self._rowmap.size)
-        self._ring_reserve(ids.size)
-        mask = self._ring.size - 1
-        previous = self._last_slot[rows]
-        live = previous >= self._ring_floor()
-        self._ring[previous[live] & mask] = step
-        first_in_round = self._last_seen[rows] < (step // self.config.ci) * self.config.ci
-        unknown_next = self._res_next[rows] == NEVER
+        previous = self._last_use.take(rows)
+        previous_step = previous >> _POSITION_BITS
+        self._ring.add(step, rows.size)
+        live = previous_step >= self._ring.oldest_step
+        self._ring.record(
+            previous_step[live], previous[live] & ((1 << _POSITION_BITS) - 1), step
+        )
+        first_in_round = previous_step < (step // self.config.ci) * self.config.ci
+        unknown_next = self._res_next.take(rows) == NEVER
         self._res_next[rows[unknown_next]] = step
-        slots = np.arange(self._next_slot, self._next_slot + ids.size)
-        self._ring[slots & mask] = NEVER
-        self._last_slot[rows] = slots
-        self._last_seen[rows] = step
-        self._steps[step] = _StepUses(ids, rows, once_owner, first_in_round, self._next_slot)
-        self._next_slot += ids.size
+        self._last_use[rows] = (step << _POSITION_BITS) | np.arange(rows.size, dtype=np.int64)
+        self._steps[step] = _StepUses(rows, once_owner, first_in_round)
         self._ingested += 1
-
-    def _next_uses(self, uses: _StepUses) -> np.ndarray:
-        slots = np.arange(uses.base_slot, uses.base_slot + uses.ids.size)
-        return self._ring[slots & (self._ring.size - 1)]
 
     # ------------------------------------------------------------------ step plans
     def _step_plan(self, step: int) -> StepPlan:
         uses = self._steps[step]
-        next_use = self._next_uses(uses)
+        next_use = self._ring.next_uses(step)
         now = next_use == step + 1
         single = (uses.once_owner >= 0) & (next_use > step + self.config.lookahead)
         later = ~(now | single)
+        ids = self._rowmap.ids.take(uses.rows)
         stats = self.stats
         stats.steps += 1
-        stats.unique_ids += uses.ids.size
-        stats.sync_now_rows += int(now.sum())
-        stats.singleton_rows += int(single.sum())
-        stats.sync_later_rows += int(later.sum())
+        stats.unique_ids += ids.size
         plan = StepPlan(
             step=step,
-            sync_now=torch.from_numpy(uses.ids[now]),
-            sync_later=torch.from_numpy(uses.ids[later]),
-            singleton=torch.from_numpy(uses.ids[single]),
+            sync_now=torch.from_numpy(ids[now]),
+            sync_later=torch.from_numpy(ids[later]),
+            singleton=torch.from_numpy(ids[single]),
             singleton_owner=torch.from_numpy(uses.once_owner[single].astype(np.int64)),
         )
+        stats.sync_now_rows += plan.sync_now.numel()
+        stats.singleton_rows += plan.singleton.numel()
+        stats.sync_later_rows += plan.sync_later.numel()
         if self.config.round_of(step) < self.stats.rounds:  # its round is committed: drop it
             del self._steps[step]
+            self._ring.release_oldest()
         return plan
 
     # ------------------------------------------------------------------ round plans
@@ -215,28 +252,27 @@ class OracleCacher:
         horizon = last + cfg.lookahead
         cutoff = cfg.eviction_cutoff(r)
         steps = [self._steps[i] for i in range(first, last + 1)]
-        next_uses = [self._next_uses(u) for u in steps]
+        next_uses = [self._ring.next_uses(i) for i in range(first, last + 1)]
 
-        # rows of the round, each once (at its first use in the round), and their fetch owner
+        # rows of the round, each once (at its first use in the round), and their fetch owner: the
+        # singleton owner if that use is the row's only use in the round (a singleton's next use
+        # lies beyond i + L > last), else -1
         round_rows = np.concatenate([u.rows[u.first_in_round] for u in steps])
         sole_owner = np.concatenate(
             [
-                np.where(
-                    (u.once_owner >= 0) & (nxt > i + cfg.lookahead) & (nxt > last), u.once_owner, -1
-                )[u.first_in_round]
+                np.where(nxt > i + cfg.lookahead, u.once_owner, -1)[u.first_in_round]
                 for i, u, nxt in zip(range(first, last + 1), steps, next_uses, strict=True)
             ]
         )
-        self._round_mark[round_rows] = r
 
         resident = self._resident_rows
-        latest = self._res_last[resident]
+        latest = self._res_last.take(resident)
         eligible = latest <= cutoff
-        stale = self._res_owner[resident] >= 0
+        stale = self._res_owner.take(resident) >= 0
         victims = eligible & stale
-        next_use = self._res_next[resident]
-        next_use = np.where(next_use > horizon, NEVER, next_use)
-        in_round = self._round_mark[resident] == r
+        next_use = self._res_next.take(resident)
+        in_round = next_use <= last  # the first use after a committed one is at >= first
+        next_use[next_use > horizon] = NEVER
         if cfg.capacity is None:
             victims |= eligible & ~stale & (next_use > np.maximum(latest + cfg.lookahead, last))
         else:
@@ -253,9 +289,7 @@ class OracleCacher:
             excess = size_after - cfg.capacity
             if excess > 0:
                 candidates = np.flatnonzero(eligible & ~victims & ~in_round)
-                ids = self._rowmap.ids[resident[candidates]]
-                key = (next_use[candidates] << 32) | ids  # furthest next use, then larger id
-                chosen = candidates[np.argpartition(-key, excess - 1)[:excess]]
+                chosen = candidates[self._furthest(resident[candidates], next_use[candidates], excess)]
                 victims[chosen] = True
                 self.stats.capacity_evictions += excess
                 self.stats.lease_breaks += int(
@@ -263,22 +297,25 @@ class OracleCacher:
                 )
 
         evicted, owners = self._evict(resident[victims])
-        self._resident_rows = resident[~victims]
-
-        fetch = ~self._resident[round_rows]
+        kept = resident[~victims]
+        fetch = ~self._resident.take(round_rows)
         prefetch_rows, prefetch_owner = round_rows[fetch], sole_owner[fetch]
-        prefetch_ids = self._rowmap.ids[prefetch_rows]
-        order = np.argsort(prefetch_ids)
         self._resident[prefetch_rows] = True
-        self._resident_rows = np.concatenate([self._resident_rows, prefetch_rows])
+        self._resident_rows = np.concatenate([kept, prefetch_rows])
+        prefetch_ids, prefetch_owner = _sorted_with_owner(
+            self._rowmap.ids.take(prefetch_rows), prefetch_owner
+        )
 
         for i, u, nxt in zip(range(first, last + 1), steps, next_uses, strict=True):  # commit
             latest_use = nxt > last
             rows = u.rows[latest_use]
-            single = (u.once_owner[latest_use] >= 0) & (nxt[latest_use] > i + cfg.lookahead)
-            single &= cfg.num_trainers > 1  # with one trainer no copy goes stale
+            owner = u.once_owner[latest_use]
+            if cfg.num_trainers > 1:  # with one trainer no copy goes stale
+                owner = np.where(nxt[latest_use] > i + cfg.lookahead, owner, -1)
+            else:
+                owner = np.full_like(owner, -1)
             self._res_last[rows] = i
-            self._res_owner[rows] = np.where(single, u.once_owner[latest_use], -1)
+            self._res_owner[rows] = owner
             self._res_next[rows] = nxt[latest_use]
 
         stats = self.stats
@@ -292,20 +329,24 @@ class OracleCacher:
             last_step=last,
             evict=evicted,
             writeback_owner=owners,
-            prefetch=torch.from_numpy(prefetch_ids[order]),
-            prefetch_owner=torch.from_numpy(prefetch_owner[order].astype(np.int64)),
+            prefetch=torch.from_numpy(prefetch_ids),
+            prefetch_owner=torch.from_numpy(prefetch_owner),
         )
+
+    def _furthest(self, rows: np.ndarray, next_use: np.ndarray, count: int) -> np.ndarray:
+        """Positions of the ``count`` rows Belady's rule evicts: furthest next use, then larger id."""
+        ids = self._rowmap.ids.take(rows)
+        key = (next_use.astype(np.int64) << 32) | ids
+        return np.argpartition(-key, count - 1)[:count]
 
     def _evict(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Drop ``rows`` from the resident set; their sorted ids and write-back owners."""
-        ids = self._rowmap.ids[rows]
-        order = np.argsort(ids)
-        ids, rows = ids[order], rows[order]
-        owners = self._res_owner[rows].astype(np.int64)
-        shared = owners < 0
-        owners[shared] = (np.arange(int(shared.sum())) * self.config.num_trainers) // max(
-            1, int(shared.sum())
+        ids, owners = _sorted_with_owner(
+            self._rowmap.ids.take(rows), self._res_owner.take(rows).astype(np.int64)
         )
+        shared = owners < 0
+        num_shared = int(shared.sum())
+        owners[shared] = (np.arange(num_shared) * self.config.num_trainers) // max(1, num_shared)
         self._resident[rows] = False
         self._res_owner[rows] = -1
         self.stats.rows_evicted += rows.size
@@ -376,23 +417,12 @@ def _span(steps: tuple[int, int]) -> tuple[int, int]:
     return steps[0], steps[1] + 1
 
 
-def _unique_with_once_example(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted unique ids of ``flat`` and, per id, its position in ``flat`` if it occurs once, else -1.
+def _sorted_with_owner(ids: np.ndarray, owners: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``ids`` sorted ascending and ``owners`` (``-1 .. T-1``) in the same order, as int64.
 
-    One sort of ``id << bits | position`` (the positions need ``bits`` bits) gives both, where
-    ``np.unique(return_index=True)`` would need a slower stable argsort.
+    One sort of ``id << 16 | owner + 1`` (ids are below ``2**47``) instead of an argsort and two
+    gathers.
     """
-    if flat.size == 0:
-        return flat, flat
-    bits = max(1, (flat.size - 1).bit_length())
-    if int(flat.max()) >= 1 << (63 - bits) or int(flat.min()) < 0:
-        raise ValueError(
-            f"global ids must lie in [0, 2**{63 - bits}) for a batch of {flat.size} ids"
-        )
-    packed = (flat << bits) | np.arange(flat.size, dtype=np.int64)
+    packed = (ids << 16) | (owners.astype(np.int64) + 1)
     packed.sort()
-    ids = packed >> bits
-    starts = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
-    counts = np.diff(np.append(starts, flat.size))
-    positions = packed[starts] & ((1 << bits) - 1)
-    return ids[starts], np.where(counts == 1, positions, -1)
+    return packed >> 16, (packed & 0xFFFF) - 1
