@@ -180,6 +180,7 @@ class TorchRecSharding(System):
             "sharding": self.knobs.sharding,
             "kernel": self.knobs.kernel,
             "use_pipeline": self.use_pipeline,
+            "pipelined_modules": described["pipelined_modules"],
         }
 
     def close(self) -> None:

@@ -28,7 +28,7 @@ from torch.optim.optimizer import Optimizer
 from torchrec.distributed import comm_ops
 from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
-from torchrec.distributed.types import ShardingPlan
+from torchrec.distributed.types import ShardingEnv, ShardingPlan
 from torchrec.modules.embedding_configs import PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.optim import apply_optimizer_in_backward
@@ -110,7 +110,11 @@ class TorchRecTrainer:
         self.spec = spec
         collectives.join_group(group, rank)
         comm_ops.set_gradient_division(True)
-        self.device = _device_for(rank)
+        self.device = _device_for(rank, self.world)
+        # TorchRec's collectives: NCCL among GPUs, else the trainers' gloo group itself.
+        self.group = (
+            dist.new_group(backend="nccl") if self.device.type == "cuda" else dist.group.WORLD
+        )
         dim = table_dim(spec.model)
         self.dim = dim
 
@@ -138,7 +142,7 @@ class TorchRecTrainer:
                 sharder,
                 self.device.type,
                 local_batch,
-                dist.group.WORLD,
+                self.group,
             )
         else:
             module_plan = manual_plan(ebc, spec.knobs, self.world, sharder, self.device.type)
@@ -146,6 +150,7 @@ class TorchRecTrainer:
         self.dmp = DistributedModelParallel(
             model,
             device=self.device,
+            env=ShardingEnv.from_process_group(self.group),
             plan=ShardingPlan({EBC_PATH: module_plan}),
             sharders=[sharder],
         )
@@ -232,7 +237,7 @@ class TorchRecTrainer:
         self._charge_exchanges(batch)
         if self._pipeline is None:
             with meter.phase(Phase.FORWARD):
-                loss, (bce_sum, _) = self.dmp(batch)
+                loss, (bce_sum, _) = self.dmp(batch.to(self.device))
             with meter.phase(Phase.BACKWARD):
                 self.optimizer.zero_grad()
                 loss.backward()
@@ -287,9 +292,14 @@ class TorchRecTrainer:
         return {k: v.detach().cpu().clone() for k, v in self.dense.state_dict().items()}
 
     def plan_description(self) -> dict[str, Any]:
+        """The plan as strings, per-rank storage, and how many modules the pipeline rewrote."""
+        # ``_pipelined_modules`` is TorchRec's own record of the sharded modules whose input dist
+        # it runs ahead; 0 would mean the pipeline fell back to plain forward calls.
+        pipelined = len(getattr(self._pipeline, "_pipelined_modules", ()))
         return {
             "plan": describe_plan(self.plan),
             "load": rank_load(self.layouts, self.world),
+            "pipelined_modules": pipelined,
         }
 
     def close(self) -> None:
@@ -299,10 +309,10 @@ class TorchRecTrainer:
             dist.destroy_process_group()
 
 
-def _device_for(rank: int) -> torch.device:
-    """CUDA device of this rank when there is one (TorchRec then runs on NCCL-free gloo still)."""
-    if torch.cuda.is_available():
-        return torch.device("cuda", rank % torch.cuda.device_count())
+def _device_for(rank: int, world: int) -> torch.device:
+    """``cuda:rank`` when every trainer gets a GPU of its own (NCCL needs that), else the CPU."""
+    if torch.cuda.is_available() and torch.cuda.device_count() >= world:
+        return torch.device("cuda", rank)
     return torch.device("cpu")
 
 

@@ -7,13 +7,17 @@ lookup (``baselines.md`` §3.2): the equality check below is what shows its grad
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 import torch
 from conftest import TinySource
 
 from bagpipe.core.batch import DatasetSchema
 from bagpipe.core.link import LinkConfig
+from bagpipe.core.meter import LinkKind, StepRecord
 from bagpipe.core.system import ModelState, OptimConfig, System, TrainContext
+from bagpipe.models import build_dense_model
 from bagpipe.models.base import ModelConfig
 from bagpipe.systems.local import LocalSystem
 from baselines.torchrec_sharding import TorchRecSharding
@@ -26,44 +30,68 @@ SCHEMA = DatasetSchema(
 )
 DLRM = ModelConfig(name="dlrm", embedding_dim=8, bottom_mlp=(8, 8), top_mlp=(8, 1))
 DCN = ModelConfig(name="dcn", embedding_dim=8, bottom_mlp=(8, 8), top_mlp=(8, 1), cross_rank=4)
+DEEPFM = ModelConfig(name="deepfm", embedding_dim=8, bottom_mlp=(8, 8), top_mlp=(8, 1))
 GLOBAL_BATCH = 16
 STEPS = 5
 ATOL = 1e-5
 
 
-def _context(model: ModelConfig, steps: int = STEPS) -> TrainContext:
+@dataclass
+class Run:
+    losses: list[float]
+    records: list[StepRecord]
+    state: ModelState
+    stats: dict
+
+
+def _context(model: ModelConfig) -> TrainContext:
     return TrainContext(
         schema=SCHEMA,
         model=model,
         optim=OptimConfig(embedding_lr=0.5, dense_lr=0.1),
         global_batch_size=GLOBAL_BATCH,
         seed=3,
-        source=TinySource(SCHEMA, GLOBAL_BATCH, steps, seed=1),
+        source=TinySource(SCHEMA, GLOBAL_BATCH, STEPS, seed=1),
         link=LinkConfig(enabled=False),
     )
 
 
-def _train(system: System, ctx: TrainContext) -> tuple[list[float], ModelState]:
+def _train(system: System, model: ModelConfig) -> Run:
+    ctx = _context(model)
     system.setup(ctx)
     try:
-        losses = [system.train_step(i, batch).loss for i, batch in enumerate(ctx.source)]
-        return losses, system.full_state()
+        results = [system.train_step(i, batch) for i, batch in enumerate(ctx.source)]
+        return Run(
+            [r.loss for r in results],
+            [r.record for r in results],
+            system.full_state(),
+            system.stats(),
+        )
     finally:
         system.close()
 
 
-def _assert_same(actual: ModelState, expected: ModelState) -> None:
-    assert actual.tables.keys() == expected.tables.keys()
-    for name, table in expected.tables.items():
-        torch.testing.assert_close(actual.tables[name], table, atol=ATOL, rtol=0, msg=name)
-    assert actual.dense.keys() == expected.dense.keys()
-    for key, value in expected.dense.items():
-        torch.testing.assert_close(actual.dense[key], value, atol=ATOL, rtol=0, msg=key)
+_LOCAL_RUNS: dict[str, Run] = {}
 
 
-@pytest.fixture(scope="module")
-def local_dlrm() -> tuple[list[float], ModelState]:
-    return _train(LocalSystem(), _context(DLRM))
+def _assert_equals_local(run: Run, model: ModelConfig) -> None:
+    if model.name not in _LOCAL_RUNS:
+        _LOCAL_RUNS[model.name] = _train(LocalSystem(), model)
+    expected = _LOCAL_RUNS[model.name]
+    initial = LocalSystem()
+    initial.setup(_context(model))
+    moved = max(
+        float((expected.state.tables[n] - t).abs().max())
+        for n, t in initial.full_state().tables.items()
+    )
+    assert moved > 1e-3, "training must change the tables for the check to mean anything"
+    assert run.losses == pytest.approx(expected.losses, abs=ATOL)
+    assert run.state.tables.keys() == expected.state.tables.keys()
+    for name, table in expected.state.tables.items():
+        torch.testing.assert_close(run.state.tables[name], table, atol=ATOL, rtol=0, msg=name)
+    assert run.state.dense.keys() == expected.state.dense.keys()
+    for key, value in expected.state.dense.items():
+        torch.testing.assert_close(run.state.dense[key], value, atol=ATOL, rtol=0, msg=key)
 
 
 @pytest.mark.parametrize(
@@ -76,18 +104,55 @@ def local_dlrm() -> tuple[list[float], ModelState]:
         ("row_wise", "dense"),
     ],
 )
-def test_equals_local(
-    sharding: str, kernel: str, local_dlrm: tuple[list[float], ModelState]
-) -> None:
-    expected_losses, expected_state = local_dlrm
-    start = _context(DLRM)
-    losses, state = _train(TorchRecSharding(2, sharding=sharding, kernel=kernel), start)
-    initial = LocalSystem()
-    initial.setup(start)
-    moved = max(
-        float((expected_state.tables[n] - t).abs().max())
-        for n, t in initial.full_state().tables.items()
-    )
-    assert moved > 1e-3, "training must change the tables for the check to mean anything"
-    assert losses == pytest.approx(expected_losses, abs=1e-5)
-    _assert_same(state, expected_state)
+def test_each_sharding_equals_local(sharding: str, kernel: str) -> None:
+    run = _train(TorchRecSharding(2, sharding=sharding, kernel=kernel), DLRM)
+    _assert_equals_local(run, DLRM)
+    assert all(f"{sharding}/" in desc for desc in run.stats["plan"].values()), run.stats["plan"]
+    assert sum(run.stats["bytes_per_rank"]) >= sum(SCHEMA.table_sizes) * 8 * 4
+
+
+def test_table_wise_alltoall_bytes_follow_the_formula() -> None:
+    """TW, 4 tables round-robin on 2 ranks, B = 8 per rank, D = 8, int64 ids, int32 lengths.
+
+    Per rank and step: ids+lengths for its 2 remote tables ``2 * 8 * (8 + 4)``, pooled output of its
+    2 tables to the peer ``2 * 8 * 8 * 4``, gradients for the 2 remote tables ``2 * 8 * 8 * 4``.
+    """
+    run = _train(TorchRecSharding(2, sharding="table_wise"), DLRM)
+    per_rank = 2 * 8 * (8 + 4) + 2 * (2 * 8 * 8 * 4)
+    dense_bytes = sum(p.numel() * 4 for p in build_dense_model(DLRM, SCHEMA, 3).parameters())
+    for record in run.records:
+        assert record.bytes_sent[str(LinkKind.ALLTOALL)] == 2 * per_rank
+        assert record.bytes_sent[str(LinkKind.ALLREDUCE)] == 2 * dense_bytes
+    assert run.stats["rows_per_rank"] == [100, 100]
+
+
+def test_pipeline_with_dcn_equals_local() -> None:
+    run = _train(TorchRecSharding(2, sharding="table_wise", use_pipeline=True), DCN)
+    _assert_equals_local(run, DCN)
+    assert run.stats["pipelined_modules"] >= 1, "TrainPipelineSparseDist fell back to plain calls"
+
+
+def test_deepfm_uneven_column_split_equals_local() -> None:
+    """DeepFM tables are ``dim + 1 = 9`` wide: column-wise splits them 5 + 4 over the ranks."""
+    run = _train(TorchRecSharding(2, sharding="column_wise"), DEEPFM)
+    _assert_equals_local(run, DEEPFM)
+    assert all("ranks=[" in desc and "," in desc for desc in run.stats["plan"].values())
+
+
+def test_planner_with_cpu_sharder_plans_row_wise_and_trains() -> None:
+    run = _train(TorchRecSharding(2, sharding="row_wise", planner=True), DLRM)
+    assert all(d.startswith("row_wise/fused ranks=[0, 1]") for d in run.stats["plan"].values())
+    _assert_equals_local(run, DLRM)
+
+
+def test_auto_plan_trains_like_local() -> None:
+    run = _train(TorchRecSharding(2, sharding="auto"), DLRM)
+    assert set(run.stats["plan"]) == set(SCHEMA.table_names)
+    _assert_equals_local(run, DLRM)
+
+
+def test_bad_knobs_name_the_key() -> None:
+    with pytest.raises(ValueError, match=r"system\.sharding"):
+        TorchRecSharding(sharding="diagonal")
+    with pytest.raises(ValueError, match=r"system\.kernel"):
+        TorchRecSharding(kernel="fused_uvm")
