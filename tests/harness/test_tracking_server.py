@@ -3,6 +3,7 @@ a run made while the server is unreachable finishes, keeps its results, and uplo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -61,10 +62,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-        try:  # the server's job runner outlives its parent unless the group is stopped
+        # the server's job runner outlives its parent unless the whole group is stopped
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def rest(uri: str, path: str, body: dict | None = None) -> dict:
