@@ -171,10 +171,11 @@ class OracleCacher:
         return rows, once
 
     def _check_range(self, column: int, ids: np.ndarray, step: int) -> None:
-        if column < 0 or column >= len(self._table_ranges):
+        """Reject ids outside their column's table (they would corrupt the direct maps)."""
+        if column < 0:  # columns overlap, so at least one of them leaves its table
             raise ValueError(
-                f"batch {step}: ids of {len(self._table_ranges)}-table schema "
-                f"{self.schema.name if self.schema else ''!r} overlap across columns"
+                f"batch {step}: ids outside their tables' ranges {self._table_ranges} "
+                f"(schema {self.schema.name if self.schema else ''!r}; columns overlap)"
             )
         first_id, table_rows = self._table_ranges[column]
         if ids[0] < first_id or ids[-1] >= first_id + table_rows:
@@ -209,9 +210,7 @@ class OracleCacher:
         previous_step = previous >> _POSITION_BITS
         self._ring.add(step, rows.size)
         live = previous_step >= self._ring.oldest_step
-        self._ring.record(
-            previous_step[live], previous[live] & ((1 << _POSITION_BITS) - 1), step
-        )
+        self._ring.record(previous_step[live], previous[live] & ((1 << _POSITION_BITS) - 1), step)
         first_in_round = previous_step < (step // self.config.ci) * self.config.ci
         unknown_next = self._res_next.take(rows) == NEVER
         self._res_next[rows[unknown_next]] = step
@@ -289,7 +288,9 @@ class OracleCacher:
             excess = size_after - cfg.capacity
             if excess > 0:
                 candidates = np.flatnonzero(eligible & ~victims & ~in_round)
-                chosen = candidates[self._furthest(resident[candidates], next_use[candidates], excess)]
+                chosen = candidates[
+                    self._furthest(resident[candidates], next_use[candidates], excess)
+                ]
                 victims[chosen] = True
                 self.stats.capacity_evictions += excess
                 self.stats.lease_breaks += int(

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytest
 
+from bagpipe.core.batch import DatasetSchema
 from bagpipe.oracle import (
     OracleCacher,
     OracleConfig,
@@ -24,6 +25,27 @@ Planner = Callable[[Sequence[np.ndarray], OracleConfig], tuple[Plans, OracleStat
 def plan_fast(matrices: Sequence[np.ndarray], config: OracleConfig) -> tuple[Plans, OracleStats]:
     cacher = OracleCacher(
         None, config.num_trainers, config.lookahead, config.cleanup_interval, config.capacity
+    )
+    return list(cacher.plan(matrices)), cacher.stats
+
+
+def plan_fast_with_tables(
+    matrices: Sequence[np.ndarray],
+    config: OracleConfig,
+    table_sizes: Sequence[int],
+    direct_rows_max: int,
+) -> tuple[Plans, OracleStats]:
+    """The fast planner told each column's table: tables up to ``direct_rows_max`` rows skip the hash."""
+    schema = DatasetSchema(
+        "test", 0, tuple(table_sizes), tuple(f"f{i}" for i in range(len(table_sizes)))
+    )
+    cacher = OracleCacher(
+        schema,
+        config.num_trainers,
+        config.lookahead,
+        config.cleanup_interval,
+        config.capacity,
+        direct_rows_max=direct_rows_max,
     )
     return list(cacher.plan(matrices)), cacher.stats
 

@@ -12,7 +12,7 @@ import pytest
 
 from bagpipe.oracle import CapacityError, OracleCacher, OracleConfig, RoundPlan, StepPlan
 from bagpipe.oracle.reference import plan_reference
-from tests.oracle.conftest import plan_fast
+from tests.oracle.conftest import plan_fast, plan_fast_with_tables
 from tests.oracle.streams import belady_fetches, min_capacity, replay, skewed_stream
 
 
@@ -55,6 +55,9 @@ def test_fast_equals_reference(seed: int, trainers: int, lookahead: int, ci: int
             f"capacity {capacity}: plan {mismatch[0]}: {got[mismatch[0]]} != {expected[mismatch[0]]}"
         )
         assert got_stats.counts() == expected_stats.counts()
+        # told the tables, with the 40- and 15-row tables mapped directly and the 60-row one hashed
+        with_tables, _ = plan_fast_with_tables(stream, config, (40, 15, 60), direct_rows_max=40)
+        assert all(_same(a, b) for a, b in zip(with_tables, expected, strict=True))
         replay(stream, config, got)
         if capacity is not None:
             assert got_stats.peak_resident_rows <= capacity
@@ -94,6 +97,16 @@ def test_plans_batches_and_tensors(tiny_source, tiny_schema) -> None:
     from_batches = list(OracleCacher(tiny_schema, 2, 4, 2).plan(source))
     from_arrays, _ = plan_reference(matrices, OracleConfig(2, 4, 2))
     assert all(_same(a, b) for a, b in zip(from_batches, from_arrays, strict=True))
+
+
+def test_ids_outside_their_table_are_rejected() -> None:
+    stream = skewed_stream(0, num_steps=3)
+    stream[2][1, 2] = 200  # column 2 is the 60-row table 55..114
+    with pytest.raises(ValueError, match="batch 2: column 2"):
+        plan_fast_with_tables(stream, OracleConfig(1, 4, 2), (40, 15, 60), direct_rows_max=40)
+    stream[2][1, 2] = 3  # now it overlaps column 0
+    with pytest.raises(ValueError, match="batch 2: ids outside"):
+        plan_fast_with_tables(stream, OracleConfig(1, 4, 2), (40, 15, 60), direct_rows_max=40)
 
 
 def test_one_stream_per_planner() -> None:
