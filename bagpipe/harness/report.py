@@ -45,14 +45,7 @@ def latest_sweep(root: Path, suite: str) -> Path:
 def frame_from_sweep(sweep_dir: Path, reference: str) -> pd.DataFrame:
     records = [RunRecord.load(d) for d in find_records(sweep_dir)]
     add_speedups(records, reference)
-    frame = runs_frame(records)
-    frame["git_sha"] = [r.tags.get("git_sha", "unknown") for r in _sorted(records, frame)]
-    return frame
-
-
-def _sorted(records: list[RunRecord], frame: pd.DataFrame) -> list[RunRecord]:
-    by_name = {r.run_name: r for r in records}
-    return [by_name[name] for name in frame["run_name"]]
+    return runs_frame(records)
 
 
 def frame_from_mlflow(tracking_uri: str, experiment: str, suite: str) -> pd.DataFrame:

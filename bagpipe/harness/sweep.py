@@ -116,6 +116,7 @@ def runs_frame(records: Sequence[RunRecord]) -> pd.DataFrame:
                 "suite": record.tags.get("suite", ""),
                 "status": record.status,
                 "run_name": record.run_name,
+                "git_sha": record.tags.get("git_sha", "unknown"),
                 **record.summary,
             }
         )
