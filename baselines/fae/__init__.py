@@ -2,7 +2,9 @@
 
 ``hotset`` (sampled access counts, threshold search / top-N under a budget), ``layout`` (input
 classification, re-packing into all-hot and all-cold mini-batches, the cached plan) and
-``scheduler`` (the Shuffle Scheduler) are the offline and scheduling logic of the system plugin.
+``scheduler`` (the Shuffle Scheduler) are the offline and scheduling logic; ``roles`` (server
+shards, trainers with a hot-row replica) and ``system`` (the :class:`FAE` plugin, entry point
+``fae``) run them as processes.
 """
 
 from baselines.fae.hotset import HotSet, choose_hot_rows, sample_access_counts
@@ -16,8 +18,10 @@ from baselines.fae.layout import (
     load_examples,
 )
 from baselines.fae.scheduler import ShuffleScheduler
+from baselines.fae.system import FAE
 
 __all__ = [
+    "FAE",
     "Examples",
     "FaeLayout",
     "FaeSettings",

@@ -28,8 +28,8 @@ import torch
 
 from bagpipe.core.batch import Batch, DatasetSchema, batch_from_arrays, ids_matrix
 from bagpipe.data.source import BatchSource
-from baselines.fae.hotset import HotSet, choose_hot_rows, sample_access_counts
-from baselines.fae.scheduler import COLD, HOT, ShuffleScheduler
+from baselines.fae.hotset import THRESHOLD_MODES, HotSet, choose_hot_rows, sample_access_counts
+from baselines.fae.scheduler import COLD, HOT, SCHEDULERS, ShuffleScheduler
 
 __all__ = [
     "Examples",
@@ -60,6 +60,22 @@ class FaeSettings:
     repack: bool = True  # False: keep the original batches (hot iff all their inputs are)
     drop_last: bool = True  # drop each kind's last partial mini-batch
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.threshold_mode not in THRESHOLD_MODES:
+            raise ValueError(
+                f"fae.threshold_mode: unknown {self.threshold_mode!r}; choose one of {THRESHOLD_MODES}"
+            )
+        if self.scheduler not in SCHEDULERS:
+            raise ValueError(
+                f"fae.scheduler: unknown {self.scheduler!r}; choose one of {SCHEDULERS}"
+            )
+        if not 0.0 < self.sample_rate <= 1.0:
+            raise ValueError(f"fae.sample_rate must be in (0, 1], got {self.sample_rate}")
+        if not 1 <= self.initial_rate <= 100:
+            raise ValueError(f"fae.initial_rate must be in [1, 100], got {self.initial_rate}")
+        if self.hot_budget_bytes < 0:
+            raise ValueError(f"fae.hot_budget_bytes must be >= 0, got {self.hot_budget_bytes}")
 
 
 @dataclass

@@ -1,0 +1,199 @@
+"""FAE's role processes: embedding-server shards (the "CPU" master copy) and trainers with a replica
+of the hot rows in their "fast" memory.
+
+* **Hot step**: lookups go to the trainer's replica (global id -> hot slot); the hot rows'
+  gradients are all-reduced together with the dense gradients (one flat SUM all-reduce of the
+  whole replica's gradient, as data-parallel replicas of FAE's hot table reduce theirs), then
+  every trainer applies the same SGD step to its replica. No embedding traffic.
+* **Cold step**: rows are pulled from the servers and their gradients pushed back (the servers
+  apply SGD), as in ``sync_ps``.
+* **Swaps**: cold -> hot copies the hot rows from the servers into every replica; hot -> cold
+  copies them back from trainer 0's replica (all replicas are equal). Both are charged as
+  ``LinkKind.H2D`` (FAE's CPU<->GPU embedding sync) and delayed on the trainer/server link.
+
+On a CPU-only machine the replica is a CPU tensor; ``fae_replica_bytes`` reports it as the device
+memory FAE would use. Rows are dealt to shards by ``id % S`` (local index ``id // S``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.distributed import rpc
+
+from bagpipe.core import collectives, runtime
+from bagpipe.core.batch import DatasetSchema
+from bagpipe.core.cluster import GroupSpec
+from bagpipe.core.meter import LinkKind, Phase, StepRecord
+from bagpipe.core.system import OptimConfig
+from bagpipe.models import ModelConfig, build_dense_model, initial_tables
+from bagpipe.systems.common import forward_backward, sgd_dense_, sgd_rows_, unique_rows
+from baselines.fae.scheduler import COLD, HOT
+
+__all__ = ["FaeServerShard", "FaeTrainer"]
+
+
+class FaeServerShard:
+    """One shard of every table: the authoritative rows outside hot phases."""
+
+    def __init__(
+        self, shard: int, num_shards: int, schema: DatasetSchema, dim: int, seed: int
+    ) -> None:
+        tables = initial_tables(schema, dim, seed)
+        full = torch.cat([tables[name] for name in schema.table_names])
+        self.global_ids = torch.arange(shard, len(full), num_shards)
+        self.weights = full[self.global_ids].clone()
+
+    def fetch(self, local_rows: torch.Tensor, dst: str) -> torch.Tensor:
+        rows = self.weights[local_rows]
+        runtime.delay(dst, rows)
+        return rows
+
+    def apply_grads(self, local_rows: torch.Tensor, grads: torch.Tensor, lr: float) -> None:
+        sgd_rows_(self.weights, local_rows, grads, lr)
+
+    def write(self, local_rows: torch.Tensor, rows: torch.Tensor) -> None:
+        self.weights[local_rows] = rows
+
+    def rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(global ids, rows)`` of this shard."""
+        return self.global_ids, self.weights.clone()
+
+
+class FaeTrainer:
+    """One FAE trainer: dense replica, hot-row replica, and the cold path to the servers."""
+
+    def __init__(
+        self,
+        rank: int,
+        group: GroupSpec,
+        servers: list[rpc.RRef],
+        schema: DatasetSchema,
+        model: ModelConfig,
+        dim: int,
+        optim: OptimConfig,
+        global_batch_size: int,
+        seed: int,
+    ) -> None:
+        collectives.join_group(group, rank)
+        self.rank = rank
+        self.servers = servers
+        self.server_roles = [f"server_{s}" for s in range(len(servers))]
+        self.optim, self.global_batch_size, self.dim = optim, global_batch_size, dim
+        self.total_rows = schema.total_rows
+        self.model = build_dense_model(model, schema, seed)
+        self.model.train()
+        self.hot_ids = torch.empty(0, dtype=torch.int64)
+        self.slot_of = torch.full((schema.total_rows,), -1, dtype=torch.int64)
+        self.replica = torch.empty(0, dim)
+        self.mode = COLD
+
+    def set_hot_rows(self, hot_ids: torch.Tensor) -> int:
+        """Adopt the hot set (sorted global ids); allocate the replica. Returns its bytes."""
+        self.hot_ids = hot_ids
+        self.slot_of.fill_(-1)
+        self.slot_of[hot_ids] = torch.arange(len(hot_ids))
+        self.replica = torch.zeros(len(hot_ids), self.dim)
+        return self.replica.numel() * self.replica.element_size()
+
+    # -- server traffic --------------------------------------------------------------------
+
+    def _by_shard(self, ids: torch.Tensor) -> list[torch.Tensor]:
+        owner = ids % len(self.servers)
+        return [torch.nonzero(owner == s).flatten() for s in range(len(self.servers))]
+
+    def _fetch(self, ids: torch.Tensor, kind: LinkKind) -> torch.Tensor:
+        shards = len(self.servers)
+        me = runtime.current().role
+        positions = self._by_shard(ids)
+        futures = []
+        for s, mine in enumerate(positions):
+            local = ids[mine] // shards
+            runtime.transfer(self.server_roles[s], kind, local)
+            futures.append(self.servers[s].rpc_async().fetch(local, me))
+        out = torch.empty(len(ids), self.dim)
+        for mine, future in zip(positions, futures, strict=True):
+            rows = future.wait()
+            runtime.charge(kind, rows, rows=len(rows))
+            out[mine] = rows
+        return out
+
+    def _send(self, ids: torch.Tensor, rows: torch.Tensor, kind: LinkKind, method: str) -> None:
+        """Send ``rows`` of ``ids`` to their shards: gradients (``apply_grads``) or values."""
+        shards = len(self.servers)
+        futures = []
+        for s, mine in enumerate(self._by_shard(ids)):
+            local = ids[mine] // shards
+            runtime.transfer(self.server_roles[s], kind, local, rows[mine], rows=len(mine))
+            proxy = self.servers[s].rpc_async()
+            if method == "apply_grads":
+                futures.append(proxy.apply_grads(local, rows[mine], self.optim.embedding_lr))
+            else:
+                futures.append(proxy.write(local, rows[mine]))
+        for future in futures:
+            future.wait()
+
+    # -- swaps -----------------------------------------------------------------------------
+
+    def swap(self, to: str) -> None:
+        """Switch to ``to`` (``hot``/``cold``), syncing the hot rows between replica and servers."""
+        if to == self.mode:
+            return
+        meter = runtime.current().meter
+        with meter.phase("swap"):
+            if to == HOT:
+                self.replica = self._fetch(self.hot_ids, LinkKind.H2D)
+            elif self.rank == 0:
+                self._send(self.hot_ids, self.replica, LinkKind.H2D, "write")
+        meter.count("fae_swap_rows", len(self.hot_ids))
+        self.mode = to
+
+    # -- one step --------------------------------------------------------------------------
+
+    def train_step(
+        self, dense: torch.Tensor, ids: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[float, StepRecord]:
+        """One step on this trainer's slice in the current mode (``ids``: global ``[b, F]``)."""
+        meter = runtime.current().meter
+        runtime.charge(LinkKind.DATA, dense, ids, labels)
+        keys, inverse = unique_rows(ids)
+        if self.mode == HOT:
+            slots = self.slot_of[keys]
+            if bool((slots < 0).any()):
+                raise RuntimeError("fae: a hot step looked up a row outside the hot set")
+            grads = forward_backward(
+                self.model,
+                dense,
+                self.replica[slots],
+                inverse,
+                labels,
+                self.global_batch_size,
+                meter,
+            )
+            replica_grad = torch.zeros_like(self.replica).index_add_(0, slots, grads.row_grads)
+            with meter.phase(Phase.SYNC):
+                params = [p.grad for p in self.model.parameters() if p.grad is not None]
+                collectives.allreduce([*params, replica_grad])
+            with meter.phase(Phase.OPTIMIZER):
+                self.replica.add_(replica_grad, alpha=-self.optim.embedding_lr)
+                sgd_dense_(self.model, self.optim.dense_lr)
+        else:
+            with meter.phase(Phase.FETCH_WAIT):
+                rows = self._fetch(keys, LinkKind.EMB_PULL)
+            grads = forward_backward(
+                self.model, dense, rows, inverse, labels, self.global_batch_size, meter
+            )
+            with meter.phase(Phase.SYNC):
+                collectives.allreduce(
+                    [p.grad for p in self.model.parameters() if p.grad is not None]
+                )
+            with meter.phase(Phase.OPTIMIZER):
+                sgd_dense_(self.model, self.optim.dense_lr)
+                self._send(keys, grads.row_grads, LinkKind.EMB_PUSH, "apply_grads")
+        return grads.loss, meter.end_step()
+
+    def replica_rows(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(hot ids, replica)`` while hot (the servers' copies of them are then stale)."""
+        return (self.hot_ids, self.replica.clone()) if self.mode == HOT else None
+
+    def dense_state(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}

@@ -1,0 +1,239 @@
+"""HET's role processes: embedding-server shards with version clocks, and cache-holding trainers.
+
+Rows of the flat global row space are dealt to ``S`` shards by ``id % S`` (shard ``s`` keeps row
+``id`` at local index ``id // S``). Accounting follows ``bagpipe.core.runtime``: the sender sleeps
+on its link, the trainer counts both directions. HET's traffic has three columns:
+
+* ``emb_pull``: row values the server sends (``rows`` counts them);
+* ``emb_push``: deltas the trainer pushes;
+* ``emb_meta`` (:data:`META`): keys and versions of every read (sent even when every key hits, as
+  HET's client does), positions and versions of the reply, keys and counts of every push.
+
+Trainer step (mode ``asp``, HET's default; the pull for step ``i+1`` runs on the trainer's one
+communication thread while step ``i`` computes, and is answered before step ``i``'s push)::
+
+    wait pull(i) -> install -> request + send pull(i+1) [background] -> forward/backward
+    -> all-reduce dense grads -> local SGD on cache lines -> send push(i) [background]
+
+Mode ``bsp`` (HET's ``bsp=0`` cache path): pull, compute, push, and the driver's per-step wait on
+every trainer is the barrier between one step's pushes and the next step's pulls.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import torch
+from torch.distributed import rpc
+
+from bagpipe.core import collectives, runtime
+from bagpipe.core.batch import DatasetSchema
+from bagpipe.core.cluster import GroupSpec
+from bagpipe.core.meter import LinkKind, Phase, StepRecord
+from bagpipe.core.system import OptimConfig
+from bagpipe.models import ModelConfig, build_dense_model, initial_tables
+from bagpipe.systems.common import forward_backward, sgd_dense_, unique_rows
+from baselines.het.cache import HetCache, PullReply, PullRequest, PushBatch, table_capacities
+from baselines.het.clocks import VersionedRows
+
+__all__ = ["META", "HetServerShard", "HetSettings", "HetTrainer"]
+
+META = "emb_meta"
+MODES = ("asp", "bsp")
+
+
+@dataclass(frozen=True)
+class HetSettings:
+    """HET's knobs. Defaults: HET's ``CacheSparseTable`` (bound 100, 10% of rows, LFUOpt)."""
+
+    bound: int = 100
+    policy: str = "lfuopt"
+    cache_fraction: float = 0.1
+    cache_rows_per_table: int | None = None
+    mode: str = "asp"
+    prefetch: bool = True
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"het.mode: unknown {self.mode!r}; choose one of {MODES}")
+        if self.bound < 0:
+            raise ValueError(f"het.bound must be >= 0, got {self.bound}")
+
+
+class HetServerShard:
+    """One shard of every table, with HET's version clocks (see ``clocks.VersionedRows``)."""
+
+    def __init__(
+        self, shard: int, num_shards: int, schema: DatasetSchema, dim: int, seed: int
+    ) -> None:
+        tables = initial_tables(schema, dim, seed)
+        full = torch.cat([tables[name] for name in schema.table_names])
+        self.shard, self.num_shards = shard, num_shards
+        self.global_ids = torch.arange(shard, len(full), num_shards)
+        self.store = VersionedRows(full[self.global_ids].clone())
+
+    def pull(
+        self, local_rows: torch.Tensor, local_versions: torch.Tensor, bound: int, dst: str
+    ) -> PullReply:
+        reply = self.store.pull(local_rows, local_versions, bound)
+        runtime.delay(dst, reply.positions, reply.versions, reply.rows)
+        return reply
+
+    def push(self, local_rows: torch.Tensor, deltas: torch.Tensor, counts: torch.Tensor) -> None:
+        self.store.push(local_rows, deltas, counts)
+
+    def rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(global ids, rows)`` of this shard."""
+        return self.global_ids, self.store.weights.clone()
+
+    def staleness_hist(self) -> torch.Tensor:
+        return self.store.staleness_hist.clone()
+
+
+class HetTrainer:
+    """One HET worker: dense replica, :class:`HetCache`, and a FIFO channel to the servers."""
+
+    def __init__(
+        self,
+        rank: int,
+        group: GroupSpec,
+        servers: list[rpc.RRef],
+        schema: DatasetSchema,
+        model: ModelConfig,
+        dim: int,
+        optim: OptimConfig,
+        global_batch_size: int,
+        seed: int,
+        settings: HetSettings,
+    ) -> None:
+        collectives.join_group(group, rank)
+        self.servers = servers
+        self.server_roles = [f"server_{s}" for s in range(len(servers))]
+        self.optim, self.global_batch_size, self.settings = optim, global_batch_size, settings
+        self.model = build_dense_model(model, schema, seed)
+        self.model.train()
+        capacities = table_capacities(
+            schema.table_sizes, settings.cache_fraction, settings.cache_rows_per_table
+        )
+        self.cache = HetCache(schema.table_sizes, capacities, dim, settings.bound, settings.policy)
+        self.dim = dim
+        self._channel = ThreadPoolExecutor(max_workers=1, thread_name_prefix="het-channel")
+        self._prefetched: tuple[PullRequest, Future[PullReply]] | None = None
+        self._last_push: Future[None] | None = None
+
+    # -- communication (runs on the channel thread, in submission order) ---------------------
+
+    def _pull(self, request: PullRequest) -> PullReply:
+        shards = len(self.servers)
+        owner = request.keys % shards
+        futures, where = [], []
+        for s in range(shards):
+            positions = torch.nonzero(owner == s).flatten()
+            keys, versions = request.keys[positions], request.local_versions[positions]
+            runtime.transfer(self.server_roles[s], META, keys, versions)
+            where.append(positions)
+            futures.append(
+                self.servers[s]
+                .rpc_async()
+                .pull(keys // shards, versions, self.settings.bound, runtime.current().role)
+            )
+        parts = [f.wait() for f in futures]
+        reply = PullReply(
+            positions=torch.cat([where[s][p.positions] for s, p in enumerate(parts)]),
+            rows=torch.cat([p.rows for p in parts]),
+            versions=torch.cat([p.versions for p in parts]),
+        )
+        runtime.charge(META, reply.positions, reply.versions)
+        runtime.charge(LinkKind.EMB_PULL, reply.rows, rows=len(reply.rows))
+        return reply
+
+    def _push(self, push: PushBatch) -> None:
+        if not len(push.keys):
+            return
+        shards = len(self.servers)
+        owner = push.keys % shards
+        futures = []
+        for s in range(shards):
+            mine = torch.nonzero(owner == s).flatten()
+            if not len(mine):
+                continue
+            keys, deltas, counts = push.keys[mine], push.deltas[mine], push.counts[mine]
+            runtime.charge(META, keys, counts)
+            runtime.transfer(self.server_roles[s], LinkKind.EMB_PUSH, deltas, rows=len(mine))
+            runtime.delay(self.server_roles[s], keys, counts)
+            futures.append(self.servers[s].rpc_async().push(keys // shards, deltas, counts))
+        for future in futures:
+            future.wait()
+
+    # -- one step --------------------------------------------------------------------------
+
+    def _read(self, keys: torch.Tensor) -> torch.Tensor:
+        """Values of ``keys`` for this step: the prefetched pull if it matches, else a pull now."""
+        meter = runtime.current().meter
+        with meter.phase(Phase.FETCH_WAIT):
+            if self._prefetched is not None:
+                request, future = self._prefetched
+                self._prefetched = None
+                values = self.cache.install(request, future.result())
+                if torch.equal(request.keys, keys):
+                    return values
+                meter.count("het_prefetch_mismatch")
+            request = self.cache.request(keys)
+            return self.cache.install(request, self._channel.submit(self._pull, request).result())
+
+    def train_step(
+        self,
+        dense: torch.Tensor,
+        ids: torch.Tensor,
+        labels: torch.Tensor,
+        next_ids: torch.Tensor | None,
+    ) -> tuple[float, StepRecord]:
+        """One step on this trainer's slice (``ids`` are global row ids ``[b, F]``)."""
+        meter = runtime.current().meter
+        runtime.charge(LinkKind.DATA, dense, ids, labels)
+        keys, inverse = unique_rows(ids)
+        misses_before, lookups_before = self.cache.stats["misses"], self.cache.stats["lookups"]
+        values = self._read(keys)
+        if next_ids is not None and self.settings.mode == "asp" and self.settings.prefetch:
+            request = self.cache.request(torch.unique(next_ids))
+            self._prefetched = (request, self._channel.submit(self._pull, request))
+        grads = forward_backward(
+            self.model, dense, values, inverse, labels, self.global_batch_size, meter
+        )
+        with meter.phase(Phase.SYNC):
+            collectives.allreduce([p.grad for p in self.model.parameters() if p.grad is not None])
+        with meter.phase(Phase.OPTIMIZER):
+            sgd_dense_(self.model, self.optim.dense_lr)
+            push = self.cache.update(keys, -self.optim.embedding_lr * grads.row_grads)
+        if self._last_push is not None:
+            self._last_push.result()  # surface a failed earlier push
+        self._last_push = self._channel.submit(self._push, push)
+        if self.settings.mode == "bsp":
+            with meter.phase(Phase.SYNC):
+                self._last_push.result()
+        for trigger, rows in push.rows_by_trigger.items():
+            meter.count(f"het_push_rows_{trigger}", rows)
+        lookups = self.cache.stats["lookups"] - lookups_before
+        misses = self.cache.stats["misses"] - misses_before
+        meter.add_cache(hits=lookups - misses, misses=misses)
+        return grads.loss, meter.end_step()
+
+    def drain(self) -> None:
+        """Wait until every push sent so far has been applied by the servers."""
+        if self._last_push is not None:
+            self._last_push.result()
+
+    def unpushed(self) -> tuple[torch.Tensor, torch.Tensor]:
+        self.drain()
+        return self.cache.unpushed()
+
+    def dense_state(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def cache_stats(self) -> dict[str, int]:
+        return dict(self.cache.stats)
+
+    def close(self) -> None:
+        self.drain()
+        self._channel.shutdown(wait=True)
