@@ -1,0 +1,154 @@
+"""Per-process role state, and the helpers every system uses to move bytes between roles.
+
+Every process of a multi-process system (the driver and each role spawned by
+:class:`bagpipe.core.cluster.Cluster`) holds one :class:`RoleRuntime`: its role name, its
+:class:`~bagpipe.core.meter.Meter` and its :class:`~bagpipe.core.link.Network` (the emulated links it
+*sends* on). The Cluster initialises it in every process before any role object is built, so role
+code simply calls :func:`current`.
+
+The accounting convention (identical for every system, so byte counts and delays compare):
+
+* **The sender sleeps.** Whoever puts the bytes on the wire calls :func:`delay` (or
+  :func:`transfer`) on its link *to the receiver* before the receiver may use them. An embedding
+  server answering a pull sleeps on its link ``server -> trainer`` before returning the rows; a
+  trainer pushing gradients sleeps on ``trainer -> server`` before the push is sent.
+* **The trainer counts.** Only trainers charge the Meter, for both directions of their traffic
+  (rows it pulls *and* gradients it pushes), so the per-iteration :class:`StepRecord` a trainer
+  returns is complete on its own and records of the T trainers sum to the iteration's traffic.
+  Servers and other roles never charge (that would count each byte twice). A role that sends to a
+  trainer without the trainer asking (e.g. an oracle pushing plans) returns the byte count, or the
+  trainer charges what it received.
+* **Data batches are counted, not delayed.** The driver sending a trainer its slice of the batch
+  stands for the trainer reading its own data in a real deployment: trainers charge it as
+  ``LinkKind.DATA`` on receipt, and no link delay applies. Same for every system.
+* **Bytes are exact**: ``t.numel() * t.element_size()`` of every tensor that crosses, including id
+  tensors sent with requests.
+
+Example (inside a trainer role object)::
+
+    rt = runtime.current()
+    rt.meter.count("steps")
+    runtime.charge(LinkKind.DATA, dense, ids, labels)                 # received, not delayed
+    runtime.transfer("server_0", LinkKind.EMB_PUSH, ids, grads, rows=len(ids))   # sleep + count
+    record = rt.meter.end_step()
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from bagpipe.core.link import LinkConfig, Network
+from bagpipe.core.meter import LinkKind, Meter
+
+__all__ = [
+    "RoleRuntime",
+    "charge",
+    "current",
+    "delay",
+    "init",
+    "is_initialised",
+    "nbytes",
+    "report_failure",
+    "start_thread",
+    "transfer",
+]
+
+
+@dataclass
+class RoleRuntime:
+    """What one process knows about itself: its role, its Meter and the links it sends on.
+
+    ``error_dir`` is where a role writes the traceback of a failure that happens outside an RPC
+    call (a background thread): the driver watches it and fails the run naming the role.
+    """
+
+    role: str
+    link: LinkConfig
+    meter: Meter = field(default_factory=Meter)
+    network: Network = field(init=False)
+    error_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        self.network = Network(self.link)
+
+
+_STATE: RoleRuntime | None = None
+
+
+def init(role: str, link: LinkConfig, error_dir: Path | None = None) -> RoleRuntime:
+    """Install this process's runtime (the Cluster does it; tests may too). Replaces any old one."""
+    global _STATE
+    _STATE = RoleRuntime(role=role, link=link, error_dir=error_dir)
+    return _STATE
+
+
+def is_initialised() -> bool:
+    return _STATE is not None
+
+
+def current() -> RoleRuntime:
+    """This process's runtime; raises if no Cluster (or test) initialised it."""
+    if _STATE is None:
+        raise RuntimeError(
+            "bagpipe.core.runtime is not initialised in this process: role objects must be built "
+            "through Cluster.remote(...), or call runtime.init(role, link) first"
+        )
+    return _STATE
+
+
+def nbytes(*tensors: torch.Tensor) -> int:
+    """Exact payload size of ``tensors`` in bytes."""
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def charge(kind: LinkKind | str, *tensors: torch.Tensor, rows: int = 0) -> int:
+    """Count ``tensors`` as ``kind`` traffic in this process's Meter (no delay); return the bytes."""
+    size = nbytes(*tensors)
+    current().meter.add_traffic(kind, size, rows=rows)
+    return size
+
+
+def delay(dst: str, *tensors: torch.Tensor) -> float:
+    """Hold the caller for sending ``tensors`` on its link to role ``dst`` (no count); return s."""
+    return current().network.send(dst, nbytes(*tensors))
+
+
+def transfer(dst: str, kind: LinkKind | str, *tensors: torch.Tensor, rows: int = 0) -> float:
+    """The sending trainer's helper: count ``tensors`` as ``kind`` and sleep on the link to ``dst``."""
+    charge(kind, *tensors, rows=rows)
+    return delay(dst, *tensors)
+
+
+def report_failure(exc: BaseException) -> None:
+    """Record a failure that no RPC caller will see (e.g. in a background thread).
+
+    The driver's Cluster notices the report within ~0.1 s and raises ``RoleFailedError`` with this
+    traceback from ``Cluster.wait``. Outside a Cluster (no error dir) the exception is re-raised.
+    """
+    state = current()
+    text = "".join(traceback.format_exception(exc))
+    if state.error_dir is None:
+        raise exc
+    tmp = state.error_dir / f".{state.role}.tmp"
+    tmp.write_text(text)
+    tmp.replace(state.error_dir / f"{state.role}.err")
+
+
+def start_thread(target: Callable[[], None], name: str) -> threading.Thread:
+    """Start a daemon thread whose exception is reported to the driver instead of being lost."""
+
+    def run() -> None:
+        try:
+            target()
+        except BaseException as exc:
+            report_failure(exc)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,57 @@
+"""Tiny role classes for the Cluster tests (module level, so spawned role processes can import them)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+from bagpipe.core import collectives, runtime
+from bagpipe.core.cluster import GroupSpec
+from bagpipe.core.roleref import RoleRef
+
+
+class Accumulator:
+    """Holds a tensor; adds to it; reports where it runs."""
+
+    def __init__(self, start: float) -> None:
+        self.total = torch.tensor([start])
+
+    def add(self, value: float) -> torch.Tensor:
+        self.total += value
+        return self.total.clone()
+
+    def where(self) -> tuple[str, int, int]:
+        return runtime.current().role, os.getpid(), torch.get_num_threads()
+
+    def add_on_peer(self, peer: RoleRef, value: float) -> torch.Tensor:
+        return peer.rpc_sync().add(value)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def fail(self) -> None:
+        raise ValueError("accumulator refused")
+
+    def fail_in_background(self) -> None:
+        def crash() -> None:
+            raise ZeroDivisionError("background thread crashed")
+
+        runtime.start_thread(crash, "crash")
+
+
+class GroupMember:
+    """Joins a gloo group and all-reduces on request (for the collectives tests)."""
+
+    def __init__(self, spec: GroupSpec, rank: int) -> None:
+        collectives.join_group(spec, rank)
+        self.rank = rank
+
+    def allreduce(self, tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], dict[str, int]]:
+        out = collectives.allreduce(tensors)
+        return out, runtime.current().meter.end_step().bytes_sent
+
+    def allreduce_async(self, tensor: torch.Tensor) -> torch.Tensor:
+        handle = collectives.allreduce_async([tensor])
+        return handle.wait()[0]

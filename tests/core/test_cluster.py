@@ -1,0 +1,80 @@
+"""Cluster: role processes start, serve role objects, fail loudly and leave nothing behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+from bagpipe.core.cluster import Cluster, RoleFailedError
+from bagpipe.core.link import LinkConfig
+
+from .roles import Accumulator
+
+NO_LINK = LinkConfig(enabled=False)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purpose; read its state.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_roles_serve_objects_call_each_other_and_exit_cleanly() -> None:
+    with Cluster(["alpha", "beta"], link=NO_LINK, threads_per_role=1) as cluster:
+        pids = cluster.pids()
+        a = cluster.remote("alpha", Accumulator, 1.0)
+        b = cluster.remote("beta", Accumulator, 10.0)
+        where = cluster.wait([a.rpc_async().where(), b.rpc_async().where()], timeout_s=30)
+        assert [(role, threads) for role, _, threads in where] == [("alpha", 1), ("beta", 1)]
+        assert {pid for _, pid, _ in where} == set(pids.values())
+        # alpha calls beta through the RRef it was given.
+        total = cluster.wait(a.rpc_async().add_on_peer(b, 5.0), timeout_s=30)
+        assert torch.equal(total, torch.tensor([15.0]))
+        with pytest.raises(Exception, match="accumulator refused"):
+            cluster.wait(a.rpc_async().fail(), timeout_s=30)
+        # An error inside a call is not a role failure: the cluster keeps serving.
+        assert cluster.wait(a.rpc_async().add(1.0), timeout_s=30).item() == 2.0
+    assert not any(_alive(pid) for pid in pids.values())
+
+
+def test_killed_role_fails_the_wait_promptly_and_close_leaves_no_process() -> None:
+    cluster = Cluster(["trainer_0", "server_1"], link=NO_LINK)
+    try:
+        pids = cluster.pids()
+        trainer = cluster.remote("trainer_0", Accumulator, 0.0)
+        cluster.remote("server_1", Accumulator, 0.0)
+        long_call = trainer.rpc_async().sleep(60.0)
+        os.kill(pids["server_1"], signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(RoleFailedError, match=r"server_1 died \(exit code -9, SIGKILL\)"):
+            cluster.wait(long_call, timeout_s=60)
+        assert time.monotonic() - start < 10
+    finally:
+        cluster.close()
+    assert not any(_alive(pid) for pid in pids.values())
+
+
+def test_background_thread_failure_is_reported_with_its_traceback() -> None:
+    with Cluster(["worker"], link=NO_LINK) as cluster:
+        pid = cluster.pid("worker")
+        worker = cluster.remote("worker", Accumulator, 0.0)
+        cluster.wait(worker.rpc_async().fail_in_background(), timeout_s=30)
+        with pytest.raises(RoleFailedError, match=r"worker failed(.|\n)*ZeroDivisionError"):
+            cluster.wait(worker.rpc_async().sleep(30.0), timeout_s=60)
+    assert not _alive(pid)
+
+
+def test_roles_must_be_unique() -> None:
+    with pytest.raises(ValueError, match="unique"):
+        Cluster(["a", "a"])
