@@ -90,7 +90,7 @@ def test_repacked_hot_and_cold_phases_equal_local_on_the_same_batches(tmp_path) 
     settings = {
         "sample_rate": 1.0,
         "min_table_bytes": 0,
-        "hot_budget_bytes": _budget_leaving_cold(12),
+        "hot_budget_bytes": _budget_leaving_cold(40),
         "threshold_mode": "code",
         "initial_rate": 50,
         "drop_last": True,
