@@ -41,6 +41,7 @@ from bagpipe.oracle.cacher import OracleCacher
 from bagpipe.oracle.config import OracleConfig
 from bagpipe.oracle.plan import RoundPlan, StepPlan
 from bagpipe.server import BagpipeServerShard
+from bagpipe.systems.start import SourceTail
 from bagpipe.trainer import BagpipeTrainer, TrainerConfig
 
 Plan = StepPlan | RoundPlan
@@ -127,6 +128,7 @@ class Bagpipe(System):
     """Bagpipe: oracle cacher + LRPP trainer caches + sharded embedding servers."""
 
     name = "bagpipe"
+    supports_resume = True
 
     def __init__(
         self,
@@ -156,6 +158,7 @@ class Bagpipe(System):
         self._trainers: list[RRef] = []
         self._oracle: RRef | None = None
         self._totals = StepRecord()
+        self._first_step = 0  # the global step this run started (resumed) at
 
     def setup(self, ctx: TrainContext) -> None:
         if ctx.global_batch_size % self.num_trainers:
@@ -164,6 +167,11 @@ class Bagpipe(System):
                 f"system.num_trainers={self.num_trainers} equal slices"
             )
         self._ctx = ctx
+        # Resuming: roles start from the checkpoint's weights with empty caches, and the oracle
+        # plans the stream from the resumed step on, which the roles number from 0.
+        resume = ctx.resume.state if ctx.resume else None
+        self._first_step = ctx.resume.step if ctx.resume else 0
+        source = SourceTail(ctx.source, self._first_step) if ctx.resume else ctx.source
         servers = [f"server_{s}" for s in range(self.num_servers)]
         trainers = [f"trainer_{k}" for k in range(self.num_trainers)]
         cluster = Cluster(["oracle", *servers, *trainers], link=ctx.link)
@@ -172,7 +180,7 @@ class Bagpipe(System):
             dim = table_dim(ctx.model)
             self._servers = [
                 cluster.remote(role, BagpipeServerShard, s, self.num_servers, ctx.schema, dim,
-                               ctx.seed, self.num_trainers)
+                               ctx.seed, self.num_trainers, resume)
                 for s, role in enumerate(servers)
             ]
             group = cluster.new_group("trainers", world_size=self.num_trainers)
@@ -185,30 +193,31 @@ class Bagpipe(System):
                 seed=ctx.seed,
                 cleanup_interval=self.oracle_config.ci,
                 cache_capacity=self.oracle_config.capacity,
+                dense_state=resume.dense if resume else None,
             )
             self._trainers = [
                 cluster.remote(role, BagpipeTrainer, k, cfg, group, self._servers)
                 for k, role in enumerate(trainers)
             ]
             self._oracle = cluster.remote(
-                "oracle", OracleRole, ctx.source, ctx.schema, self.oracle_config, self._trainers,
+                "oracle", OracleRole, source, ctx.schema, self.oracle_config, self._trainers,
                 self.oracle_config.lookahead,
             )
             cluster.wait([r.rpc_async().stats() for r in self._trainers])
-            cluster.wait(self._oracle.rpc_async().start())
+            cluster.wait([self._oracle.rpc_async().start()])
         except BaseException:
             self.close()
             raise
 
     def train_step(self, step: int, batch: Batch) -> StepResult:
         cluster, oracle = self._require_setup()
+        step -= self._first_step  # the roles number steps from where this run (re)started
         planning = oracle.rpc_async().advance(step)
         futures = [
             trainer.rpc_async().train_step(step, part.dense_features, ids_matrix(part), part.labels)
             for trainer, part in zip(self._trainers, split_batch(batch, self.num_trainers), strict=True)
         ]
-        results = cluster.wait(futures)
-        planning_s = cluster.wait(planning)
+        *results, planning_s = cluster.wait([*futures, planning])
         record = _merge_trainer_records([r for _, r in results])
         record.counters["planning_s"] = planning_s
         self._totals = self._totals + record
@@ -233,7 +242,7 @@ class Bagpipe(System):
         totals = self._totals
         out: dict[str, Any] = {f"total_{k}": v for k, v in totals.flat().items()}
         if self._cluster is not None and self._oracle is not None:
-            out.update(self._cluster.wait(self._oracle.rpc_async().stats()))
+            out.update(self._cluster.wait([self._oracle.rpc_async().stats()])[0])
         out["cleanup_interval"] = self.oracle_config.ci
         out["lookahead"] = self.oracle_config.lookahead
         return out

@@ -60,6 +60,8 @@ class TrainerConfig:
     seed: int
     cleanup_interval: int
     cache_capacity: int | None
+    #: The dense weights to start from when resuming from a checkpoint (else the seeded ones).
+    dense_state: dict[str, torch.Tensor] | None = None
 
 
 def scatter_rows(target_ids: torch.Tensor, ids: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -122,6 +124,8 @@ class BagpipeTrainer:
         self.layout = ShardLayout(len(servers))
         self.offsets = cfg.schema.table_offsets
         self.model = build_dense_model(cfg.model, cfg.schema, cfg.seed)
+        if cfg.dense_state is not None:
+            self.model.load_state_dict(cfg.dense_state)
         self.model.train()
         self.cache = TrainerCache(cfg.cache_capacity, table_dim(cfg.model))
         self.board = _Board()
@@ -179,8 +183,9 @@ class BagpipeTrainer:
             self.cache.mark_stale(plan.singleton[plan.singleton_owner != self.index])
         later = scatter_rows(plan.sync_later, unique, grads.row_grads)
         self._pending_later = (plan.sync_later, collectives.allreduce_async(later))
-        meter.count("rows_sync_now", float(plan.sync_now.numel()))
-        meter.count("rows_sync_later", float(plan.sync_later.numel()))
+        if self.index == 0:  # global-batch counts: once, so the sum over trainers is the count
+            meter.count("rows_sync_now", float(plan.sync_now.numel()))
+            meter.count("rows_sync_later", float(plan.sync_later.numel()))
         meter.count("rows_singleton", float(mine.numel()))
         return grads.loss, meter.end_step()
 
@@ -203,7 +208,8 @@ class BagpipeTrainer:
         with self._round_cond:
             self._round_cond.notify_all()
         self._thread.join(timeout=5.0)
-        self._shard_pool.shutdown(wait=True)
+        # A round blocked on a server barrier (a peer failed) must not hold up the shutdown.
+        self._shard_pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ critical-path helpers
     @staticmethod
