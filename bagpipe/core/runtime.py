@@ -36,23 +36,26 @@ Example (inside a trainer role object)::
 from __future__ import annotations
 
 import threading
+import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from bagpipe.core.link import LinkConfig, Network
-from bagpipe.core.meter import LinkKind, Meter
+from bagpipe.core.meter import LinkKind, Meter, StepRecord
 
 __all__ = [
     "RoleRuntime",
     "charge",
     "current",
     "delay",
+    "delay_parallel",
     "init",
     "is_initialised",
+    "merge_trainer_records",
     "nbytes",
     "report_failure",
     "start_thread",
@@ -119,10 +122,41 @@ def delay(dst: str, *tensors: torch.Tensor) -> float:
     return current().network.send(dst, nbytes(*tensors))
 
 
+def delay_parallel(sends: Sequence[tuple[str, Sequence[torch.Tensor]]]) -> float:
+    """Hold the caller for sends to several roles at once (one link each, overlapping); return s.
+
+    The caller is held until the slowest link is done, as a NIC sending to several peers would be.
+    """
+    if len(sends) <= 1:
+        return sum(delay(dst, *tensors) for dst, tensors in sends)
+    start = time.perf_counter()
+    threads = [
+        threading.Thread(target=delay, args=(dst, *tensors), daemon=True)
+        for dst, tensors in sends[1:]
+    ]
+    for thread in threads:
+        thread.start()
+    dst, tensors = sends[0]
+    delay(dst, *tensors)
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - start
+
+
 def transfer(dst: str, kind: LinkKind | str, *tensors: torch.Tensor, rows: int = 0) -> float:
     """The sending trainer's helper: count ``tensors`` as ``kind`` and sleep on the link to ``dst``."""
     charge(kind, *tensors, rows=rows)
     return delay(dst, *tensors)
+
+
+def merge_trainer_records(records: Sequence[StepRecord]) -> StepRecord:
+    """One iteration's record from the T trainers' records: traffic and counters summed over
+    trainers, phase times as trainer 0 (``records[0]``) saw them (summing times makes no sense)."""
+    merged = StepRecord()
+    for record in records:
+        merged = merged + record
+    merged.phase_s = dict(records[0].phase_s) if records else {}
+    return merged
 
 
 def report_failure(exc: BaseException) -> None:

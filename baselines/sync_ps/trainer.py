@@ -1,0 +1,85 @@
+"""The ``sync_ps`` trainer role: pull every row a slice needs, train, push, all-reduce, repeat."""
+
+from __future__ import annotations
+
+import torch
+
+from bagpipe.core import collectives, runtime
+from bagpipe.core.batch import DatasetSchema
+from bagpipe.core.cluster import GroupSpec
+from bagpipe.core.embedding_server import ShardedTables
+from bagpipe.core.meter import LinkKind, Phase, StepRecord
+from bagpipe.core.roleref import RoleRef
+from bagpipe.core.system import ModelState, OptimConfig
+from bagpipe.models import ModelConfig
+from bagpipe.systems.common import forward_backward, sgd_dense_, unique_rows
+from bagpipe.systems.start import start_dense_model
+
+
+class SyncPSTrainer:
+    """Trainer ``rank`` of ``sync_ps``: a dense replica; embeddings live only on the servers.
+
+    One step (everything on the critical path, nothing overlapped, nothing cached)::
+
+        pull unique rows of the slice   (FETCH_WAIT: request + reply on the links to the shards)
+        forward / backward              (FORWARD, BACKWARD)
+        push row gradients to shards    (SYNC: the shards apply SGD, sum over trainers)
+        all-reduce dense gradients      (SYNC: gloo SUM over the trainers)
+        wait for every push ack         (SYNC: the next pull must see every trainer's update)
+        SGD on the dense replica        (OPTIMIZER)
+    """
+
+    def __init__(
+        self,
+        rank: int,
+        group: GroupSpec,
+        servers: list[RoleRef],
+        schema: DatasetSchema,
+        model: ModelConfig,
+        optim: OptimConfig,
+        global_batch_size: int,
+        seed: int,
+        resume: ModelState | None = None,
+    ) -> None:
+        collectives.join_group(group, rank)
+        self.schema = schema
+        self.optim = optim
+        self.global_batch_size = global_batch_size
+        self.tables = ShardedTables(servers, caller=runtime.current().role)
+        self.model = start_dense_model(model, schema, seed, resume)
+        self.model.train()
+        self.offsets = schema.table_offsets
+
+    def train_step(
+        self, dense: torch.Tensor, ids: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[float, StepRecord]:
+        """Train on this trainer's slice (``ids [B/T, F]`` per-table ids); return its loss and record."""
+        meter = runtime.current().meter
+        runtime.charge(LinkKind.DATA, dense, ids, labels)  # its own input: counted, not delayed
+        with meter.phase(Phase.FETCH_WAIT):
+            unique_ids, inverse = unique_rows(ids + self.offsets)
+            rows = self.tables.pull(unique_ids)
+        grads = forward_backward(
+            self.model, dense, rows, inverse, labels, self.global_batch_size, meter
+        )
+        with meter.phase(Phase.SYNC):
+            pushed = self.tables.push_gradients(
+                unique_ids, grads.row_grads, self.optim.embedding_lr
+            )
+            collectives.allreduce(self._dense_grads())
+            for ack in pushed.wait():
+                ack.wait()  # raises a shard's error
+        with meter.phase(Phase.OPTIMIZER):
+            sgd_dense_(self.model, self.optim.dense_lr)
+        meter.count("unique_rows", float(unique_ids.numel()))
+        return grads.loss, meter.end_step()
+
+    def _dense_grads(self) -> list[torch.Tensor]:
+        """Every dense parameter's gradient (zeros where a parameter got none), in a fixed order."""
+        for param in self.model.parameters():
+            if param.grad is None:
+                param.grad = torch.zeros_like(param)
+        return [param.grad for param in self.model.parameters() if param.grad is not None]
+
+    def dense_state(self) -> dict[str, torch.Tensor]:
+        return {key: value.detach().clone() for key, value in self.model.state_dict().items()}

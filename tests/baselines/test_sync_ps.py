@@ -1,0 +1,96 @@
+"""sync_ps: exactly synchronous SGD (equal to ``local``), with every byte it moves counted."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from bagpipe.core.batch import DatasetSchema, global_ids, split_batch
+from bagpipe.core.link import LinkConfig
+from bagpipe.core.meter import LinkKind, StepRecord
+from bagpipe.core.registry import load_system
+from bagpipe.core.system import ModelState, OptimConfig, TrainContext
+from bagpipe.models import build_dense_model, initial_tables, table_dim
+from bagpipe.systems.local import LocalSystem
+from baselines.sync_ps import SyncPS
+from tests.conftest import TINY_MODEL, TinySource
+
+SCHEMA = DatasetSchema(
+    name="sync-ps-eq", num_dense=3, table_sizes=(30, 200, 8), feature_names=("a", "b", "c")
+)
+STEPS, BATCH = 20, 16
+
+
+def _context(model_name: str) -> TrainContext:
+    return TrainContext(
+        schema=SCHEMA,
+        model=dataclasses.replace(TINY_MODEL, name=model_name),
+        optim=OptimConfig(embedding_lr=0.5, dense_lr=0.3),
+        global_batch_size=BATCH,
+        seed=3,
+        source=TinySource(SCHEMA, BATCH, STEPS, seed=3),
+        link=LinkConfig(enabled=False),
+    )
+
+
+def _expected_bytes(ctx: TrainContext, step: int, trainers: int) -> dict[str, int]:
+    """What trainers must count for one step, from first principles (int64 ids, fp32 values)."""
+    dim = table_dim(ctx.model)
+    dense_params = sum(p.numel() for p in build_dense_model(ctx.model, SCHEMA, 0).parameters())
+    out = dict.fromkeys(map(str, (LinkKind.DATA, LinkKind.EMB_PULL, LinkKind.EMB_PUSH)), 0)
+    for part in split_batch(ctx.source[step], trainers):
+        unique = torch.unique(global_ids(part, SCHEMA)).numel()
+        out[str(LinkKind.DATA)] += part.labels.numel() * 4 * (1 + SCHEMA.num_dense) + (
+            part.labels.numel() * SCHEMA.num_tables * 8
+        )
+        out[str(LinkKind.EMB_PULL)] += unique * 8 + unique * dim * 4  # ids asked + rows back
+        out[str(LinkKind.EMB_PUSH)] += unique * 8 + unique * dim * 4  # ids + gradients
+    out[str(LinkKind.ALLREDUCE)] = trainers * dense_params * 4
+    return out
+
+
+def _assert_same(got: ModelState, want: ModelState) -> None:
+    assert got.tables.keys() == want.tables.keys()
+    for table in want.tables:
+        torch.testing.assert_close(got.tables[table], want.tables[table], rtol=0, atol=1e-5)
+    assert got.dense.keys() == want.dense.keys()
+    for key in want.dense:
+        torch.testing.assert_close(got.dense[key], want.dense[key], rtol=0, atol=1e-5)
+
+
+def test_registered_under_its_name() -> None:
+    assert load_system("sync_ps") is SyncPS
+
+
+@pytest.mark.parametrize("model_name", ["dlrm", "dcn"])
+def test_two_trainers_two_servers_equal_local_after_20_steps(model_name: str) -> None:
+    local, local_ctx = LocalSystem(), _context(model_name)
+    local.setup(local_ctx)
+    want_losses = [local.train_step(step, local_ctx.source[step]).loss for step in range(STEPS)]
+    want = local.full_state()
+
+    ctx = _context(model_name)
+    system = SyncPS(num_trainers=2, num_servers=2)
+    system.setup(ctx)
+    try:
+        results = [system.train_step(step, ctx.source[step]) for step in range(STEPS)]
+        got = system.full_state()
+    finally:
+        system.close()
+
+    torch.testing.assert_close([r.loss for r in results], want_losses, rtol=0, atol=1e-5)
+    _assert_same(got, want)
+    start = initial_tables(SCHEMA, table_dim(ctx.model), ctx.seed)
+    assert not torch.allclose(got.tables["t_b"], start["t_b"])  # updates reached the servers
+    for step in (0, STEPS - 1):
+        record: StepRecord = results[step].record
+        assert record.bytes_sent == _expected_bytes(ctx, step, trainers=2)
+        assert set(record.phase_s) >= {"fetch_wait", "forward", "backward", "sync", "optimizer"}
+
+
+def test_bad_batch_split_is_rejected_before_any_process_starts() -> None:
+    ctx = _context("dlrm")
+    with pytest.raises(ValueError, match="global_batch_size 16 does not split into 3 trainers"):
+        SyncPS(num_trainers=3).setup(ctx)
