@@ -156,8 +156,7 @@ def markdown(suite: str, frame: pd.DataFrame, table: pd.DataFrame, reference: st
         f"speedup vs {reference} | AUC | logloss | olympic time-to-target s |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for row in table.itertuples(index=False):
-        values = row._asdict()
+    for values in table.to_dict("records"):
         lines.append(
             f"| {values['model']} | {values['system']} | {values['runs']} | "
             f"{values['iter_ms_mean']:.2f} ± {_num(values['iter_ms_sd'], '.2f')} | "
@@ -188,14 +187,14 @@ def markdown(suite: str, frame: pd.DataFrame, table: pd.DataFrame, reference: st
 
 
 def _our_claim(table: pd.DataFrame) -> str:
-    bagpipe = table[table["system"] == "bagpipe"].set_index("model")["iter_ms_mean"]
-    baselines = table[table["system"].isin(_BASELINES)]
-    if bagpipe.empty or baselines.empty:
-        return "no Bagpipe-vs-baseline pair in this sweep (a system did not run)."
+    rows = table.to_dict("records")
+    bagpipe = {str(r["model"]): float(r["iter_ms_mean"]) for r in rows if r["system"] == "bagpipe"}
     ratios = {
-        (row.model, row.system): row.iter_ms_mean / bagpipe[row.model]
-        for row in baselines.itertuples() if row.model in bagpipe.index
+        (str(r["model"]), str(r["system"])): float(r["iter_ms_mean"]) / bagpipe[str(r["model"])]
+        for r in rows if r["system"] in _BASELINES and str(r["model"]) in bagpipe
     }
+    if not ratios:
+        return "no Bagpipe-vs-baseline pair in this sweep (a system did not run)."
     (model, system), best = max(ratios.items(), key=lambda item: item[1])
     worst = min(ratios.values())
     return (f"Bagpipe is up to {best:.2f}x faster per iteration (over {system} on {model}); "

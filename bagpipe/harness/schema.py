@@ -148,9 +148,11 @@ def _default_for(value: Any) -> Any:
     if value is inspect.Parameter.empty or value is dataclasses.MISSING:
         return field(default=MISSING)
     if isinstance(value, tuple | list):
-        return field(default_factory=lambda v=list(value): list(v))
+        items = list(value)
+        return field(default_factory=lambda: list(items))
     if isinstance(value, dict):
-        return field(default_factory=lambda v=dict(value): dict(v))
+        mapping = dict(value)
+        return field(default_factory=lambda: dict(mapping))
     if value is None or isinstance(value, (*_SCALARS, enum.Enum)):
         return field(default=value)
     return field(default=MISSING)
@@ -186,11 +188,12 @@ def schema_from_dataclass(
 
 def schema_from_signature(target: type, name: str) -> type:
     """A dataclass of ``target.__init__``'s keyword arguments plus ``_target_`` naming ``target``."""
-    hints = typing.get_type_hints(target.__init__)
+    init = vars(target).get("__init__") or target.__init__  # type: ignore[misc]
+    hints = typing.get_type_hints(init)
     fields: list[tuple[str, Any, Any]] = [
         ("_target_", str, field(default=f"{target.__module__}.{target.__qualname__}"))
     ]
-    for param in inspect.signature(target.__init__).parameters.values():
+    for param in inspect.signature(init).parameters.values():
         if param.name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         fields.append(

@@ -60,7 +60,8 @@ def validate_sweep(config: DictConfig) -> list[list[str]]:
         try:
             job_cfg = loader.load_sweep_config(config, list(overrides))
             OmegaConf.to_container(
-                OmegaConf.masked_copy(job_cfg, [k for k in job_cfg if k != "hydra"]), resolve=True
+                OmegaConf.masked_copy(job_cfg, [str(k) for k in job_cfg if k != "hydra"]),
+                resolve=True,
             )
         except Exception as err:
             detail = f"{err}\n{err.__cause__}" if err.__cause__ else str(err)

@@ -99,8 +99,8 @@ def metrics_of(run: dict) -> dict[str, float]:
 
 def test_sweep_runs_are_children_of_one_parent_with_speedups(server: str, tmp_path: Path):
     sweep_dir = tmp_path / "sweep"
-    done = harness("bagpipe.harness.train", "suite=smoke", "hydra.sweeper.params.model=dlrm",
-                   f"tracking.uri={server}", f"hydra.sweep.dir={sweep_dir}", *TINY, cwd=tmp_path)
+    done = harness("bagpipe.harness.train", "suite=smoke", "hydra.sweeper.params.system=local",
+                   "tracking.reference_system=local", f"tracking.uri={server}", f"hydra.sweep.dir={sweep_dir}", *TINY, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     parent_id = json.loads((sweep_dir / "mlflow_parent.json").read_text())["run_id"]
     children = search_runs(server, f"tags.`mlflow.parentRunId` = '{parent_id}'")
