@@ -26,7 +26,8 @@ import torch
 
 from bagpipe.core import runtime
 from bagpipe.core.batch import DatasetSchema
-from bagpipe.models import initial_table
+from bagpipe.core.system import ModelState
+from bagpipe.systems.start import start_table
 
 
 @dataclass(frozen=True)
@@ -57,19 +58,20 @@ class BagpipeServerShard:
         table_dim: row width.
         seed: model seed; the shard builds its rows from the same seeded tables as every system.
         num_trainers: ``T``, the write-backs a round waits for.
+        resume: a checkpoint's model to start from instead of the seeded tables.
     """
 
     def __init__(
         self, shard: int, num_shards: int, schema: DatasetSchema, table_dim: int, seed: int,
-        num_trainers: int,
+        num_trainers: int, resume: ModelState | None = None,
     ) -> None:
         self.layout = ShardLayout(num_shards)
         self.shard = shard
         self.num_trainers = num_trainers
         offsets = schema.table_offsets.tolist()
         parts = []
-        for index, (rows, offset) in enumerate(zip(schema.table_sizes, offsets, strict=True)):
-            table = initial_table(rows, table_dim, seed, index)
+        for index, offset in enumerate(offsets):
+            table = start_table(schema, index, table_dim, seed, resume)
             first = (shard - offset) % num_shards  # first local row whose global id is ours
             parts.append(table[first::num_shards])
         self.rows = torch.cat(parts)

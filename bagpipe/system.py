@@ -158,7 +158,7 @@ class Bagpipe(System):
         self._trainers: list[RRef] = []
         self._oracle: RRef | None = None
         self._totals = StepRecord()
-        self._first_step = 0  # the global step this run started (resumed) at
+        self._step_offset = 0  # the global step this run started (resumed) at
 
     def setup(self, ctx: TrainContext) -> None:
         if ctx.global_batch_size % self.num_trainers:
@@ -170,8 +170,8 @@ class Bagpipe(System):
         # Resuming: roles start from the checkpoint's weights with empty caches, and the oracle
         # plans the stream from the resumed step on, which the roles number from 0.
         resume = ctx.resume.state if ctx.resume else None
-        self._first_step = ctx.resume.step if ctx.resume else 0
-        source = SourceTail(ctx.source, self._first_step) if ctx.resume else ctx.source
+        self._step_offset = ctx.resume.step if ctx.resume else 0
+        source = SourceTail(ctx.source, self._step_offset) if ctx.resume else ctx.source
         servers = [f"server_{s}" for s in range(self.num_servers)]
         trainers = [f"trainer_{k}" for k in range(self.num_trainers)]
         cluster = Cluster(["oracle", *servers, *trainers], link=ctx.link)
@@ -211,7 +211,7 @@ class Bagpipe(System):
 
     def train_step(self, step: int, batch: Batch) -> StepResult:
         cluster, oracle = self._require_setup()
-        step -= self._first_step  # the roles number steps from where this run (re)started
+        step -= self._step_offset  # the roles number steps from where this run (re)started
         planning = oracle.rpc_async().advance(step)
         futures = [
             trainer.rpc_async().train_step(step, part.dense_features, ids_matrix(part), part.labels)

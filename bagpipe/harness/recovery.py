@@ -34,7 +34,11 @@ from bagpipe.core.system import System, TrainContext
 from bagpipe.data.source import BatchSource
 from bagpipe.harness.runner import EvalPoint, RunConfig, RunResult, run_training
 
-__all__ = ["Restart", "run_with_recovery"]
+__all__ = ["DEFAULT_CHECKPOINT_EVERY", "Restart", "run_with_recovery"]
+
+#: Steps between checkpoints unless configured: ``bench/fault.py`` measures the training overhead
+#: at this interval (target < 5%).
+DEFAULT_CHECKPOINT_EVERY = 200
 
 _log = logging.getLogger(__name__)
 
@@ -44,15 +48,22 @@ class Restart:
     """One recovery: which role failed, where training resumed, and how long it took.
 
     ``failed_step`` is the step in flight (or the boundary work after it) when the failure was
-    seen; ``resumed_step`` the checkpoint's step (0: no checkpoint yet, started over);
-    ``recovery_s`` from noticing the failure to the first completed step after the restart.
+    seen; ``resumed_step`` the checkpoint's step (0: no checkpoint yet, started over).
+    ``detected_at_s`` (the failure reached the driver) and ``trained_at_s`` (the first step
+    after the restart completed; ``nan`` if none did) are ``time.perf_counter()`` readings, so a
+    fault injector can measure from its kill; ``recovery_s`` is their difference.
     """
 
     role: str
     reason: str
     failed_step: int
     resumed_step: int
-    recovery_s: float
+    detected_at_s: float
+    trained_at_s: float
+
+    @property
+    def recovery_s(self) -> float:
+        return self.trained_at_s - self.detected_at_s
 
 
 @dataclass
@@ -69,8 +80,8 @@ class _Progress:
     steps: dict[int, dict[str, float]] = field(default_factory=dict)
     evals: dict[int, EvalPoint] = field(default_factory=dict)
     current_step: int = 0
-    failure_seen_at: float | None = None
-    recovery_s: list[float] = field(default_factory=list)
+    awaiting_recovery: bool = False
+    trained_at_s: list[float] = field(default_factory=list)
 
     def on_run_start(self, ctx: TrainContext) -> None:
         if not self.started:
@@ -79,9 +90,9 @@ class _Progress:
 
     def on_step(self, step: int, metrics: dict[str, float]) -> None:
         self.current_step = step + 1
-        if self.failure_seen_at is not None:
-            self.recovery_s.append(time.perf_counter() - self.failure_seen_at)
-            self.failure_seen_at = None
+        if self.awaiting_recovery:
+            self.trained_at_s.append(time.perf_counter())
+            self.awaiting_recovery = False
         if step not in self.steps:
             _forward(self.callbacks, "on_step", step, metrics)
         self.steps[step] = metrics
@@ -136,7 +147,7 @@ def run_with_recovery(
             f"resume_existing=True to continue that run, or use an empty directory"
         )
     progress = _Progress(callbacks)
-    failures: list[tuple[RoleFailedError, int, int]] = []
+    failures: list[tuple[RoleFailedError, int, int, float]] = []
     while True:
         progress.current_step = resume.step if resume is not None else 0
         try:
@@ -146,9 +157,10 @@ def run_with_recovery(
             )
             break
         except RoleFailedError as failure:
-            if progress.failure_seen_at is not None:  # the previous restart never trained a step
-                progress.recovery_s.append(float("nan"))
-            progress.failure_seen_at = time.perf_counter()
+            detected_at_s = time.perf_counter()
+            if progress.awaiting_recovery:  # the previous restart never trained a step
+                progress.trained_at_s.append(float("nan"))
+            progress.awaiting_recovery = True
             if len(failures) >= max_restarts:
                 raise
             resume = store.load_latest()
@@ -157,17 +169,18 @@ def run_with_recovery(
                 "role failure at step %d: %s; restarting from step %d",
                 progress.current_step, str(failure).splitlines()[0], resumed_step,
             )
-            failures.append((failure, progress.current_step, resumed_step))
+            failures.append((failure, progress.current_step, resumed_step, detected_at_s))
     restarts = [
         Restart(
             role=failure.role,
             reason=str(failure).splitlines()[0],
             failed_step=failed_step,
             resumed_step=resumed_step,
-            recovery_s=recovery_s,
+            detected_at_s=detected_at_s,
+            trained_at_s=trained_at_s,
         )
-        for (failure, failed_step, resumed_step), recovery_s in zip(
-            failures, progress.recovery_s, strict=True
+        for (failure, failed_step, resumed_step, detected_at_s), trained_at_s in zip(
+            failures, progress.trained_at_s, strict=True
         )
     ]
     result.steps = [progress.steps[step] for step in sorted(progress.steps)]
