@@ -40,6 +40,7 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
 SHARDING_TYPES = ("auto", "table_wise", "row_wise", "column_wise", "data_parallel")
 KERNELS = ("fused", "dense")
+FUSED_COLUMN_MULTIPLE = 4  # TorchRec 1.9.2 BatchedFusedEmbeddingBag: every shard's cols % 4 == 0
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,23 @@ class ShardingKnobs:
             raise ValueError(f"system.kernel: {self.kernel!r} is not one of {KERNELS}")
         if self.min_partition is not None and self.min_partition < 1:
             raise ValueError(f"system.min_partition must be >= 1, got {self.min_partition}")
+
+    @property
+    def column_block(self) -> int:
+        """Shard widths must be multiples of this: FBGEMM's fused kernel asserts ``cols % 4 == 0``."""
+        return FUSED_COLUMN_MULTIPLE if self.kernel == "fused" else 1
+
+    def check_table_dim(self, dim: int, world: int) -> None:
+        """Fail before spawning anything when TorchRec would reject the tables' width."""
+        sharded = self.sharding != "data_parallel"
+        if self.kernel == "fused" and sharded and dim % FUSED_COLUMN_MULTIPLE:
+            raise ValueError(
+                f"system.kernel=fused: FBGEMM's fused kernel needs table widths divisible by "
+                f"{FUSED_COLUMN_MULTIPLE}, but the model's tables are {dim} wide (DeepFM adds "
+                f"one column to embedding_dim); use system.kernel=dense"
+            )
+        if self.sharding == "column_wise" and not self.planner:
+            column_split(dim, world, self.min_partition, self.column_block)
 
     @property
     def uses_planner(self) -> bool:
@@ -98,11 +116,18 @@ class FlexibleEBCSharder(EmbeddingBagCollectionSharder):
         return [self.kernel]
 
 
-def column_split(dim: int, world: int, min_partition: int | None) -> list[int]:
-    """Column widths of a column-wise table: up to ``world`` near-equal shards of >= min_partition."""
-    shards = max(1, min(world, dim // (min_partition or 1)))
-    base, extra = divmod(dim, shards)
-    return [base + (1 if k < extra else 0) for k in range(shards)]
+def column_split(dim: int, world: int, min_partition: int | None, block: int = 1) -> list[int]:
+    """Widths of a column-wise table: up to ``world`` near-equal shards, each a multiple of
+    ``block`` columns and at least ``min_partition`` wide (one shard when no split fits)."""
+    if dim % block:
+        raise ValueError(
+            f"column_wise: a table {dim} wide does not split into shards of multiples of {block}"
+        )
+    units = dim // block
+    min_units = -(-(min_partition or 1) // block)
+    shards = max(1, min(world, units // min_units))
+    base, extra = divmod(units, shards)
+    return [(base + (1 if k < extra else 0)) * block for k in range(shards)]
 
 
 def manual_plan(
@@ -120,7 +145,9 @@ def manual_plan(
         elif knobs.sharding == "row_wise":
             generators[config.name] = row_wise(compute_kernel=knobs.kernel)
         elif knobs.sharding == "column_wise":
-            widths = column_split(config.embedding_dim, world, knobs.min_partition)
+            widths = column_split(
+                config.embedding_dim, world, knobs.min_partition, knobs.column_block
+            )
             ranks = [(index + k) % world for k in range(len(widths))]
             generators[config.name] = column_wise(
                 ranks=ranks, size_per_rank=widths, compute_kernel=knobs.kernel

@@ -73,6 +73,7 @@ class TorchRecSharding(System):
                 f"global_batch_size {ctx.global_batch_size} does not split into "
                 f"system.num_trainers={self.num_trainers} equal slices"
             )
+        self.knobs.check_table_dim(table_dim(ctx.model), self.num_trainers)
         self._ctx = ctx
         self._source = ctx.source
         roles = [f"trainer_{k}" for k in range(self.num_trainers)]
@@ -93,7 +94,7 @@ class TorchRecSharding(System):
                 for rank, role in enumerate(roles)
             ]
             # Building a trainer runs collectives (planner, DMP): wait for all of them together.
-            self._cluster.wait([t.rpc_async().plan_description() for t in self._trainers])
+            self._cluster.wait([t.ready for t in self._trainers])
         except BaseException:
             self.close()
             raise

@@ -133,8 +133,8 @@ def test_pipeline_with_dcn_equals_local() -> None:
 
 
 def test_deepfm_uneven_column_split_equals_local() -> None:
-    """DeepFM tables are ``dim + 1 = 9`` wide: column-wise splits them 5 + 4 over the ranks."""
-    run = _train(TorchRecSharding(2, sharding="column_wise"), DEEPFM)
+    """DeepFM tables are ``dim + 1 = 9`` wide: column-wise (dense kernel) splits them 5 + 4."""
+    run = _train(TorchRecSharding(2, sharding="column_wise", kernel="dense"), DEEPFM)
     _assert_equals_local(run, DEEPFM)
     assert all("ranks=[" in desc and "," in desc for desc in run.stats["plan"].values())
 
@@ -156,3 +156,9 @@ def test_bad_knobs_name_the_key() -> None:
         TorchRecSharding(sharding="diagonal")
     with pytest.raises(ValueError, match=r"system\.kernel"):
         TorchRecSharding(kernel="fused_uvm")
+
+
+def test_fused_kernel_rejects_widths_fbgemm_cannot_take() -> None:
+    """FBGEMM's fused kernel needs widths divisible by 4; DeepFM's 9 fails before any spawn."""
+    with pytest.raises(ValueError, match=r"system\.kernel=fused.*9 wide"):
+        TorchRecSharding(2, sharding="table_wise").setup(_context(DEEPFM))

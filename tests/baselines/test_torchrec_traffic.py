@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from baselines.torchrec_sharding.plan import column_split
@@ -57,3 +58,10 @@ def test_column_split_respects_min_partition() -> None:
     assert column_split(9, 2, None) == [5, 4]
     assert column_split(8, 4, 4) == [4, 4]
     assert column_split(3, 2, 4) == [3]
+
+
+def test_column_split_in_blocks_for_the_fused_kernel() -> None:
+    assert column_split(12, 2, None, block=4) == [8, 4]
+    assert column_split(48, 2, 8, block=4) == [24, 24]
+    with pytest.raises(ValueError, match="multiples of 4"):
+        column_split(9, 2, None, block=4)
