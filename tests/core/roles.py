@@ -8,7 +8,7 @@ import time
 import torch
 
 from bagpipe.core import collectives, runtime
-from bagpipe.core.cluster import GroupSpec
+from bagpipe.core.cluster import Cluster, GroupSpec
 from bagpipe.core.roleref import RoleRef
 
 
@@ -48,10 +48,23 @@ class GroupMember:
         collectives.join_group(spec, rank)
         self.rank = rank
 
-    def allreduce(self, tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], dict[str, int]]:
+    def allreduce(self, tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], dict, float]:
+        """The summed tensors, the bytes this member charged, and the seconds it was held."""
+        start = time.perf_counter()
         out = collectives.allreduce(tensors)
-        return out, runtime.current().meter.end_step().bytes_sent
+        held_s = time.perf_counter() - start
+        return out, runtime.current().meter.end_step().bytes_sent, held_s
 
-    def allreduce_async(self, tensor: torch.Tensor) -> torch.Tensor:
+    def allreduce_async(self, tensor: torch.Tensor) -> tuple[torch.Tensor, float, float]:
+        """The summed tensor, seconds to start the all-reduce, seconds until it completed."""
+        start = time.perf_counter()
         handle = collectives.allreduce_async([tensor])
-        return handle.wait()[0]
+        started_s = time.perf_counter() - start
+        (summed,) = handle.wait()
+        return summed, started_s, time.perf_counter() - start
+
+
+def serve_from_env(env: dict[str, str], roles: list[str]) -> None:
+    """A launcher-started rank: set the launcher's variables, then join as a role (never returns)."""
+    os.environ.update(env)
+    Cluster.from_env(roles)

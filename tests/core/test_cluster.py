@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 
 import pytest
 import torch
+import torch.multiprocessing as mp
 
 from bagpipe.core.cluster import Cluster, RoleFailedError
 from bagpipe.core.link import LinkConfig
 
-from .roles import Accumulator
+from .roles import Accumulator, serve_from_env
 
 NO_LINK = LinkConfig(enabled=False)
 
@@ -78,3 +80,32 @@ def test_background_thread_failure_is_reported_with_its_traceback() -> None:
 def test_roles_must_be_unique() -> None:
     with pytest.raises(ValueError, match="unique"):
         Cluster(["a", "a"])
+
+
+def test_ranks_started_by_a_launcher_serve_roles_until_the_driver_closes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2"}
+    rank_1 = mp.get_context("spawn").Process(
+        target=serve_from_env, args=({**env, "RANK": "1"}, ["worker"]), daemon=True
+    )
+    rank_1.start()
+    try:
+        for key, value in {**env, "RANK": "0"}.items():
+            monkeypatch.setenv(key, value)
+        with Cluster.from_env(["worker"], link=NO_LINK) as cluster:
+            worker = cluster.remote("worker", Accumulator, 2.0)
+            role, pid, _ = cluster.wait(worker.rpc_async().where(), timeout_s=60)
+            assert (role, pid) == ("worker", rank_1.pid)
+        rank_1.join(20)
+        assert rank_1.exitcode == 0
+    finally:
+        if rank_1.is_alive():
+            rank_1.kill()
+            rank_1.join()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
