@@ -88,3 +88,16 @@ def test_a_bad_value_late_in_a_sweep_fails_before_any_job_runs(tmp_path: Path):
     assert "sweep job #1 (cluster=inprocess run.steps=three" in output
     assert "full_key: run.steps" in output
     assert not list(tmp_path.rglob("run.json"))
+
+
+def test_smoke_suite_jobs_are_valid_and_fig7_covers_every_system_and_model():
+    from bagpipe.harness.sweep import sweep_jobs, validate_sweep
+
+    smoke = compose("config", overrides=["suite=smoke"], return_hydra_config=True)
+    assert len(validate_sweep(smoke)) == 4
+    fig7 = compose("config", overrides=["suite=fig7"], return_hydra_config=True)
+    jobs = sweep_jobs(fig7)
+    assert len(jobs) == 6 * 4 * 3
+    for value in {o for job in jobs for o in job if o.startswith(("system=", "model="))}:
+        cfg = compose("config", overrides=["suite=fig7", value])
+        OmegaConf.to_container(cfg, resolve=True)
