@@ -1,0 +1,182 @@
+"""The cost model: hand-computed link times, overlap rules, cluster files, and -- the point of it --
+predictions from a link-off run within 15% of the iteration time measured under the link model.
+
+The validation runs each networked system once with the link model off (its compute time and its
+exact bytes) and once per bandwidth; the bandwidths are low enough that wire time is most of an
+iteration, so the check tests the byte accounting and the overlap rules rather than CPU noise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+
+from bagpipe.core.batch import DatasetSchema
+from bagpipe.core.link import LinkConfig
+from bagpipe.core.system import OptimConfig, System, TrainContext
+from bagpipe.harness.costmodel import (
+    SYSTEM_RULES,
+    Cluster,
+    Workload,
+    predict,
+)
+from bagpipe.harness.runner import RunConfig, RunResult, run_training
+from bagpipe.models import table_dim
+from tests.conftest import TINY_MODEL, TinySource
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _workload(system: str, **kwargs: object) -> Workload:
+    base: dict[str, object] = dict(
+        system=system, bytes_per_iter={}, counters={}, compute_s=0.010, trainers=2, servers=2,
+        row_bytes=64,
+    )
+    base.update(kwargs)
+    return Workload(**base)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------- hand-computed
+
+
+def test_local_is_its_compute_time() -> None:
+    cluster = Cluster.link_model(0.001, 50, trainers=2, servers=2)
+    assert predict(_workload("local"), cluster).iter_s == pytest.approx(0.010)
+
+
+def test_sync_ps_puts_every_byte_on_the_critical_path() -> None:
+    # 2 trainers, 2 shards, 1 Gbps, 100 us: each trainer pulls 1e6 B (5e5 per shard link).
+    work = _workload(
+        "sync_ps", bytes_per_iter={"emb_pull": 2e6, "emb_push": 2e6, "allreduce": 4e5}
+    )
+    got = predict(work, Cluster.link_model(1.0, 100, trainers=2, servers=2))
+    pull = 2 * 100e-6 + 5e5 * 8 / 1e9
+    push = 100e-6 + 5e5 * 8 / 1e9
+    ring = 2 * 100e-6 + 2 * 2e5 * 8 / 2 / 1e9  # 2(T-1) steps of bytes/T, per trainer 2e5 B
+    assert got.iter_s == pytest.approx(0.010 + pull + push + ring)
+    assert got.lanes_s == {}
+
+
+def test_bagpipe_sync_later_overlaps_compute_but_queues_on_the_ring() -> None:
+    # 1000 sync-later rows of 64 B per trainer; the rest of the all-reduce is sync-now + dense.
+    later_bytes = 1000 * 64
+    work = _workload(
+        "bagpipe",
+        bytes_per_iter={"allreduce": 2 * (later_bytes + 32_000)},
+        counters={"rows_sync_later": 1000.0},
+    )
+    cluster = Cluster.link_model(0.01, 0, trainers=2, servers=2)
+    now_s = 32_000 * 8 / 0.01e9  # ring of 2: one step of bytes/2 twice = bytes on the wire
+    later_s = later_bytes * 8 / 0.01e9
+    got = predict(work, cluster)
+    assert got.critical_s == pytest.approx(0.010 + now_s)
+    assert got.lanes_s["sync_later"] == pytest.approx(later_s + now_s)
+    assert got.iter_s == pytest.approx(now_s + max(0.010, later_s))
+
+
+def test_bagpipe_rounds_only_cost_when_they_fall_behind() -> None:
+    slow = _workload("bagpipe", bytes_per_iter={"emb_pull": 2e6}, knobs={"cleanup_interval": 4})
+    fast = dataclasses.replace(slow, bytes_per_iter={"emb_pull": 2e4})
+    cluster = Cluster.link_model(0.1, 50, trainers=2, servers=2)
+    assert predict(fast, cluster).iter_s == pytest.approx(0.010)
+    behind = predict(slow, cluster)
+    assert behind.iter_s == pytest.approx(behind.lanes_s["rounds"]) and behind.iter_s > 0.010
+
+
+def test_shared_nics_charge_the_server_for_every_trainer() -> None:
+    work = _workload("sync_ps", bytes_per_iter={"emb_pull": 8e6}, trainers=8, servers=1)
+    nics = Cluster(trainers=8, servers=1, trainer_gbps=10, server_gbps=25, latency_us=0,
+                   per_destination_links=False)
+    # Each trainer pulls 1e6 B; the one server sends 8e6 B through its 25 Gbps NIC.
+    assert predict(work, nics).iter_s == pytest.approx(0.010 + 8e6 * 8 / 25e9)
+
+
+def test_projection_uses_the_gpu_compute_estimate() -> None:
+    work = _workload("local", dense_params=1_000_000, batch_size=64)
+    gpu = Cluster(trainers=8, gpu_peak_tflops=10.0, gpu_efficiency=0.5, gpu_overhead_ms=1.0,
+                  batch_size=16384)
+    want = 6 * 1e6 * 16384 / 8 / 5e12 + 1e-3
+    assert predict(work, gpu).iter_s == pytest.approx(want)
+
+
+def test_cluster_files_load_and_bad_keys_name_the_file(tmp_path: Path) -> None:
+    paper = Cluster.load(ROOT / "suites" / "costmodel" / "paper.yaml")
+    assert (paper.trainers, paper.trainer_gbps, paper.server_gbps) == (8, 10.0, 25.0)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("trainers: 8\ntrainer_gbit: 10\n")
+    with pytest.raises(ValueError, match=r"bad\.yaml.*trainer_gbit"):
+        Cluster.load(bad)
+    bad.write_text("trainers: 0\n")
+    with pytest.raises(ValueError, match=r"bad\.yaml.*cluster\.trainers"):
+        Cluster.load(bad)
+
+
+def test_unknown_system_is_named() -> None:
+    with pytest.raises(KeyError, match="nope"):
+        predict(_workload("nope"), Cluster())
+
+
+# ---------------------------------------------------------------------------- against the link model
+
+SCHEMA = DatasetSchema(
+    name="costmodel", num_dense=3, table_sizes=(400, 3000, 120, 5000),
+    feature_names=("a", "b", "c", "d"),
+)
+MODEL = dataclasses.replace(TINY_MODEL, embedding_dim=32, bottom_mlp=(8, 32))
+BATCH, STEPS, WARMUP = 128, 12, 4
+BANDWIDTHS_GBPS = (0.001, 0.0003)  # 1 and 0.3 Mbit/s: wire time >> CPU noise
+LATENCY_US = 50.0
+TOLERANCE = 0.15
+
+
+def _system(name: str) -> tuple[System, int, dict[str, float]]:
+    """The system, its number of shards, and the knobs its rule reads."""
+    if name == "sync_ps":
+        from baselines.sync_ps import SyncPS
+
+        return SyncPS(num_trainers=2, num_servers=2), 2, {}
+    if name == "bagpipe":
+        from bagpipe.system import Bagpipe
+
+        system = Bagpipe(num_trainers=2, num_servers=2, lookahead=8)
+        return system, 2, {"cleanup_interval": float(system.oracle_config.ci)}
+    from baselines.het.system import HET
+
+    return HET(num_trainers=2, num_servers=1), 1, {}
+
+
+def _run(name: str, bandwidth_gbps: float | None) -> tuple[RunResult, int, dict[str, float]]:
+    system, servers, knobs = _system(name)
+    link = LinkConfig(bandwidth_gbps=bandwidth_gbps or 1.0, latency_us=LATENCY_US,
+                      enabled=bandwidth_gbps is not None)
+    ctx = TrainContext(
+        schema=SCHEMA, model=MODEL, optim=OptimConfig(embedding_lr=0.1, dense_lr=0.1),
+        global_batch_size=BATCH, seed=0, source=TinySource(SCHEMA, BATCH, STEPS, seed=0),
+        link=link,
+    )
+    result = run_training(system, ctx, TinySource(SCHEMA, BATCH, 1, seed=9),
+                          RunConfig(STEPS, eval_every=0, warmup_steps=WARMUP, progress=False))
+    return result, servers, knobs
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", ["sync_ps", "bagpipe", "het"])
+def test_prediction_from_a_link_off_run_within_15_percent(name: str) -> None:
+    base, servers, knobs = _run(name, None)
+    workload = Workload.from_steps(
+        name, base.steps[WARMUP:], base.summary["iter_time_mean_s"], trainers=2,
+        servers=servers, row_bytes=table_dim(MODEL) * 4, knobs=knobs,
+    )
+    assert name in SYSTEM_RULES
+    errors = {}
+    for bandwidth in BANDWIDTHS_GBPS:
+        measured = _run(name, bandwidth)[0].summary["iter_time_mean_s"]
+        cluster = Cluster.link_model(bandwidth, LATENCY_US, trainers=2, servers=servers)
+        predicted = predict(workload, cluster)
+        # Wire time must dominate, or the check would only measure CPU noise.
+        assert predicted.network_share > 0.5, (name, bandwidth, predicted)
+        errors[bandwidth] = (predicted.iter_s - measured) / measured
+    assert all(math.isfinite(e) and abs(e) <= TOLERANCE for e in errors.values()), errors
