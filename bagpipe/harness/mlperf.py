@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = [p for p in logs if not check_compliance(p, args.ruleset)]
     for folder in sorted({p.parent for p in logs}):
         score = score_results_dir(folder)
-        shown = "invalid (too few converged runs)" if score is None else f"{score:.4f} min"
+        shown = "invalid (needs >= 3 runs, at most one not converged)" if score is None else f"{score:.4f} min"
         print(f"{folder.relative_to(args.results_dir)}: olympic time-to-train {shown}")
     print(f"{len(logs) - len(failed)}/{len(logs)} logs pass the compliance checker ({args.ruleset})")
     for path in failed:

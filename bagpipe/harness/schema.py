@@ -52,6 +52,10 @@ class RunSchema:
     warmup_steps: int = 5
     target_auc: float = 0.7
     progress: bool = True
+    #: Intra-op threads of the driver process. Spawned roles use one thread each; the driver (all
+    #: of ``local``'s compute) uses the same, or on a shared machine its OpenMP threads spin
+    #: against other processes and its iteration time is not comparable.
+    torch_threads: int = 1
 
 
 @dataclass

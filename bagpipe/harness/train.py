@@ -107,6 +107,7 @@ def _dataset_name(cfg: DictConfig) -> str:
 
 def execute(cfg: DictConfig, paths: RunPaths, tags: dict[str, str]) -> RunRecord:
     """Run one configured training run and record it; return its record (also on failure)."""
+    import torch
     from hydra.utils import instantiate
 
     from bagpipe.core.link import LinkConfig
@@ -146,6 +147,7 @@ def execute(cfg: DictConfig, paths: RunPaths, tags: dict[str, str]) -> RunRecord
     )
     steps = _StepLog()
     try:
+        torch.set_num_threads(int(run.torch_threads))
         dataset = make_dataset(DatasetConfig(**_plain(cfg.dataset)))
         model_cfg = ModelConfig(**_tupled(_plain(cfg.model)))
         train_source = dataset.train(int(run.batch_size), int(run.steps))
