@@ -125,6 +125,38 @@ def reproduce_fig7(session: nox.Session) -> None:
     run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.report", "--suite", "fig7")
 
 
+#: Suites of ``bagpipe.harness.figures``: the Hydra sweeps each one needs first (none: pure data).
+FIGURE_SUITES = {
+    "skew": (),
+    "breakdown": ("breakdown",),
+    "convergence": ("convergence", "convergence_het"),
+}
+
+
+@nox.session(venv_backend="none", default=False, tags=["repro"])
+def reproduce(session: nox.Session) -> None:
+    """``nox -s reproduce -- <suite> [hydra overrides]``: run a suite's sweeps, then its figure.
+
+    Suites: fig7 (as ``reproduce_fig7``) and those of ``bagpipe.harness.figures``; each writes
+    ``results/<suite>/`` and ``reports/<suite>.{png,md}``.
+    """
+    if not session.posargs:
+        session.error(f"name a suite: fig7, {', '.join(FIGURE_SUITES)}")
+    suite, *overrides = session.posargs
+    if suite != "fig7" and suite not in FIGURE_SUITES:
+        session.error(f"unknown suite {suite!r}; known: fig7, {', '.join(FIGURE_SUITES)}")
+    ensure_env(session)
+    if suite == "fig7":
+        run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.train", "suite=fig7",
+                   *overrides)
+        run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.report", "--suite", "fig7")
+        return
+    for sweep in FIGURE_SUITES[suite]:
+        run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.train", f"suite={sweep}",
+                   *overrides)
+    run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.figures", suite)
+
+
 @nox.session(venv_backend="none", default=False)
 def smoke(session: nox.Session) -> None:
     """The smoke suite (about two minutes) and the MLPerf compliance check of its logs."""
