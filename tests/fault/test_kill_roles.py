@@ -2,7 +2,8 @@
 
 The driver notices the death (``RoleFailedError``), tears the job down, restarts it from the last
 checkpoint and trains on; the final model must equal, bit for bit, that of an uninterrupted run
-with the same seed. Bagpipe is checked with a killed trainer and a killed embedding-server shard.
+with the same seed. Bagpipe is checked with a killed trainer and a killed embedding-server shard,
+sync_ps with a killed server shard.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 
 from bagpipe.core.batch import DatasetSchema
 from bagpipe.core.checkpoint import CheckpointStore, state_digest
 from bagpipe.core.link import LinkConfig
-from bagpipe.core.system import OptimConfig, System, TrainContext
+from bagpipe.core.system import ModelState, OptimConfig, System, TrainContext
 from bagpipe.harness.faults import KillRoles
 from bagpipe.harness.recovery import run_with_recovery
 from bagpipe.harness.runner import RunConfig, run_training
@@ -48,14 +50,16 @@ def _eval_source() -> TinySource:
 
 
 class Digest:
-    """Callback: the digest of the final model (taken before the runner closes the system)."""
+    """Callback: the final model and its digest (taken before the runner closes the system)."""
 
     def __init__(self, systems: list[System]) -> None:
         self.systems = systems
         self.value = ""
+        self.state: ModelState | None = None
 
     def on_run_end(self, result: object) -> None:
-        self.value = state_digest(self.systems[-1].full_state())
+        self.state = self.systems[-1].full_state()
+        self.value = state_digest(self.state)
 
 
 def _maker(factory: Callable[[], System]) -> tuple[Callable[[], System], list[System]]:
@@ -90,3 +94,28 @@ def test_bagpipe_recovers_bit_identical_from_trainer_and_server_kills(tmp_path: 
     assert digest.value == reference.value
     assert [int(m["step"]) for m in result.steps] == list(range(STEPS))
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("bagpipe-")]
+
+
+@pytest.mark.slow
+def test_sync_ps_recovers_from_a_server_kill(tmp_path: Path) -> None:
+    """To fp tolerance only: sync_ps applies the T trainers' pushes to a shared row in arrival
+    order, so even two uninterrupted sync_ps runs may differ in the last bits."""
+    from baselines.sync_ps import SyncPS
+
+    def factory() -> System:
+        return SyncPS(num_trainers=2, num_servers=2)
+
+    make, systems = _maker(factory)
+    reference = Digest(systems)
+    run_training(make(), _context(), _eval_source(), CFG, [reference])
+    make, systems = _maker(factory)
+    digest, kills = Digest(systems), KillRoles({6: "server_1"})
+    _, restarts = run_with_recovery(
+        make, _context(), _eval_source(), CFG, CheckpointStore(tmp_path), [kills, digest]
+    )
+    assert [(r.role, r.resumed_step) for r in restarts] == [("server_1", 5)]
+    assert digest.state is not None and reference.state is not None
+    for name, table in reference.state.tables.items():
+        torch.testing.assert_close(digest.state.tables[name], table, rtol=1e-4, atol=1e-5)
+    for name, tensor in reference.state.dense.items():
+        torch.testing.assert_close(digest.state.dense[name], tensor, rtol=1e-4, atol=1e-5)
