@@ -88,16 +88,19 @@ def run(quick: bool) -> list[dict]:
     model = paper_config("dlrm")
     rows: list[dict] = []
     for link_label, link in LINKS.items():
-        ctx_args = dict(
-            schema=dataset.schema,
-            model=model,
-            optim=OptimConfig(),
-            global_batch_size=BATCH,
-            seed=0,
-            source=dataset.train(BATCH, WARMUP + steps),
-            link=link,
-        )
-        measured = {spec.label: _measure(spec, TrainContext(**ctx_args), steps) for spec in SYSTEMS}
+
+        def context(link: LinkConfig = link) -> TrainContext:
+            return TrainContext(
+                schema=dataset.schema,
+                model=model,
+                optim=OptimConfig(),
+                global_batch_size=BATCH,
+                seed=0,
+                source=dataset.train(BATCH, WARMUP + steps),
+                link=link,
+            )
+
+        measured = {spec.label: _measure(spec, context(), steps) for spec in SYSTEMS}
         local_p50_s = measured["local"]["iter_time_p50_s"]
         for label, metrics in measured.items():
             metrics["slowdown_vs_local"] = metrics["iter_time_p50_s"] / local_p50_s

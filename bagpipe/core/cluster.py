@@ -153,7 +153,7 @@ def serve_role(args: _RoleArgs) -> None:
     try:
         rpc.init_rpc(
             args.role,
-            backend=rpc.BackendType.TENSORPIPE,
+            backend=rpc.BackendType.TENSORPIPE,  # type: ignore[attr-defined]
             rank=args.rank,
             world_size=args.world_size,
             rpc_backend_options=_rpc_options(args),
@@ -346,7 +346,7 @@ class Cluster:
             try:
                 rpc.init_rpc(
                     DRIVER,
-                    backend=rpc.BackendType.TENSORPIPE,
+                    backend=rpc.BackendType.TENSORPIPE,  # type: ignore[attr-defined]
                     rank=0,
                     world_size=args.world_size,
                     rpc_backend_options=_rpc_options(args),
@@ -439,7 +439,9 @@ class Cluster:
             TimeoutError: ``timeout_s`` passed first.
         """
         single = isinstance(futures, torch._C.Future)
-        pending: list[Future] = [futures] if single else list(futures)  # type: ignore[list-item]
+        pending: list[Future] = (
+            [futures] if single else list(futures)  # type: ignore[list-item,arg-type]
+        )
         done = threading.Event()
         if pending:
             torch.futures.collect_all(pending).add_done_callback(lambda _: done.set())

@@ -87,7 +87,8 @@ class SyncPS(System):
                 for k, role in enumerate(trainers)
             ]
             cluster.wait(
-                [ref.ready for ref in [*self._servers, *self._trainers]], self.step_timeout_s
+                [ref.ready for ref in [*self._servers, *self._trainers] if ref.ready is not None],
+                self.step_timeout_s,
             )
         except BaseException:
             cluster.close()

@@ -71,8 +71,8 @@ def test_background_thread_failure_is_reported_with_its_traceback() -> None:
     with Cluster(["worker"], link=NO_LINK) as cluster:
         pid = cluster.pid("worker")
         worker = cluster.remote("worker", Accumulator, 0.0)
-        cluster.wait(worker.rpc_async().fail_in_background(), timeout_s=30)
         with pytest.raises(RoleFailedError, match=r"worker failed(.|\n)*ZeroDivisionError"):
+            cluster.wait(worker.rpc_async().fail_in_background(), timeout_s=30)
             cluster.wait(worker.rpc_async().sleep(30.0), timeout_s=60)
     assert not _alive(pid)
 
