@@ -127,7 +127,7 @@ SCHEMA = DatasetSchema(
 )
 MODEL = dataclasses.replace(TINY_MODEL, embedding_dim=32, bottom_mlp=(8, 32))
 BATCH, STEPS, WARMUP = 128, 12, 4
-BANDWIDTHS_GBPS = (0.001, 0.0003)  # 1 and 0.3 Mbit/s: wire time >> CPU noise
+BANDWIDTHS_GBPS = (0.0005, 0.0002)  # 0.5 and 0.2 Mbit/s: wire time >> CPU noise on a shared host
 LATENCY_US = 50.0
 TOLERANCE = 0.15
 
