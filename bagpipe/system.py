@@ -24,16 +24,17 @@ previous step).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
 import torch
-from torch.distributed.rpc import RRef
 
 from bagpipe.core import runtime
 from bagpipe.core.batch import Batch, DatasetSchema, ids_matrix, split_batch
 from bagpipe.core.cluster import Cluster
 from bagpipe.core.meter import StepRecord
+from bagpipe.core.roleref import RoleRef
 from bagpipe.core.system import ModelState, StepResult, System, TrainContext
 from bagpipe.data.source import BatchSource
 from bagpipe.models import table_dim
@@ -60,7 +61,7 @@ class OracleRole:
 
     def __init__(
         self, source: BatchSource, schema: DatasetSchema, config: OracleConfig,
-        trainers: list[RRef], window_steps: int,
+        trainers: list[RoleRef], window_steps: int,
     ) -> None:
         self.source = source
         self.schema = schema
@@ -107,12 +108,14 @@ class OracleRole:
                 self._planning_s += spent_s - reported_s
                 reported_s = spent_s
                 due = _first_step(plan)
-                self._cond.wait_for(
-                    lambda due=due: self._closed or due <= self._progress + self.window_steps
-                )
+                self._cond.wait_for(self._may_push(due))
                 if self._closed:
                     return
             self._push([plan])
+
+    def _may_push(self, due: int) -> Callable[[], bool]:
+        """Plans for step ``due`` go out once training is within the window of it (or closing)."""
+        return lambda: self._closed or due <= self._progress + self.window_steps
 
     def _push(self, plans: list[Plan]) -> None:
         tensors = [t for plan in plans for t in vars(plan).values() if isinstance(t, torch.Tensor)]
@@ -154,9 +157,9 @@ class Bagpipe(System):
         )
         self._ctx: TrainContext | None = None
         self._cluster: Cluster | None = None
-        self._servers: list[RRef] = []
-        self._trainers: list[RRef] = []
-        self._oracle: RRef | None = None
+        self._servers: list[RoleRef] = []
+        self._trainers: list[RoleRef] = []
+        self._oracle: RoleRef | None = None
         self._totals = StepRecord()
         self._step_offset = 0  # the global step this run started (resumed) at
 
@@ -258,7 +261,7 @@ class Bagpipe(System):
         finally:
             cluster.close()
 
-    def _require_setup(self) -> tuple[Cluster, RRef]:
+    def _require_setup(self) -> tuple[Cluster, RoleRef]:
         if self._cluster is None or self._oracle is None:
             raise RuntimeError("Bagpipe used before setup(ctx) or after close()")
         return self._cluster, self._oracle

@@ -29,18 +29,19 @@ original put it.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.distributed.rpc import RRef
 
 from bagpipe.cache import TrainerCache
 from bagpipe.core import collectives, runtime
 from bagpipe.core.batch import DatasetSchema
 from bagpipe.core.cluster import GroupSpec
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
+from bagpipe.core.roleref import RoleRef
 from bagpipe.core.system import OptimConfig
 from bagpipe.models import ModelConfig, build_dense_model, table_dim
 from bagpipe.oracle.plan import RoundPlan, StepPlan
@@ -114,7 +115,7 @@ class BagpipeTrainer:
     """Trainer ``index`` of ``cfg.num_trainers`` (a role object, built by ``Cluster.remote``)."""
 
     def __init__(
-        self, index: int, cfg: TrainerConfig, group: GroupSpec, servers: list[RRef],
+        self, index: int, cfg: TrainerConfig, group: GroupSpec, servers: list[RoleRef],
     ) -> None:
         collectives.join_group(group, index)
         self.index = index
@@ -230,6 +231,9 @@ class BagpipeTrainer:
             self._allowed = max(self._allowed, round_index)
             self._round_cond.notify_all()
 
+    def _round_may_start(self, round_index: int) -> Callable[[], bool]:
+        return lambda: self._allowed >= round_index or self.board.closed
+
     def _wait_installed(self, round_index: int) -> None:
         with self._round_cond:
             self._round_cond.wait_for(lambda: self._installed >= round_index or self.board.closed)
@@ -239,9 +243,7 @@ class BagpipeTrainer:
         round_index = 0
         while True:
             with self._round_cond:
-                self._round_cond.wait_for(
-                    lambda r=round_index: self._allowed >= r or self.board.closed
-                )
+                self._round_cond.wait_for(self._round_may_start(round_index))
             plan = self.board.take_round(round_index)
             if plan is None:
                 return

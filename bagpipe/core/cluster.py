@@ -566,7 +566,7 @@ class Cluster:
 _PRELOADED_MODULES = ["torch", "torchrec", "bagpipe.core.cluster", "bagpipe.models"]
 
 
-def _role_process_context() -> mp.context.BaseContext:
+def _role_process_context() -> Any:
     """A ``forkserver`` context whose server has already imported torch and torchrec.
 
     Spawning a role from scratch costs a full ``import torch, torchrec`` (~4 s of CPU each); five

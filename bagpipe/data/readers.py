@@ -342,7 +342,9 @@ def iter_jsonl(
         block = Examples(np.asarray(labels, dtype=np.int8),
                          np.asarray(dense, dtype=np.float32).reshape(len(labels), num_dense),
                          np.asarray(sparse, dtype=np.int64).reshape(len(labels), len(table_sizes)))
-        labels.clear(), dense.clear(), sparse.clear()
+        labels.clear()
+        dense.clear()
+        sparse.clear()
         stats.rows += len(block)
         return block
 
@@ -358,7 +360,9 @@ def iter_jsonl(
                         raise DataFormatError(path, line_number, str(err)) from err
                     stats.bad_rows += 1
                     continue
-                labels.append(label), dense.append(d), sparse.append(s)
+                labels.append(label)
+                dense.append(d)
+                sparse.append(s)
                 if len(labels) == chunk_rows:
                     yield flush()
     except (OSError, EOFError) as err:

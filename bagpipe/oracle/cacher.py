@@ -35,6 +35,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import numpy as np
 import torch
@@ -47,7 +48,7 @@ from bagpipe.oracle.rowmap import RowMap
 from bagpipe.oracle.stats import OracleStats
 from bagpipe.oracle.uniques import batch_segments
 
-BatchLike = Batch | torch.Tensor | np.ndarray
+BatchLike: TypeAlias = Batch | torch.Tensor | np.ndarray
 DIRECT_ROWS_MAX = 1 << 17  # tables up to this many rows map ids through a direct int32 array
 MAX_TRAINERS = np.iinfo(np.int16).max  # owners are int16 in the window, 16-bit fields when sorted
 _POSITION_BITS = 32  # a row's latest use, packed: step << 32 | position in that step
@@ -267,7 +268,7 @@ class OracleCacher:
         resident = self._resident_rows
         latest = self._res_last.take(resident)
         eligible = latest <= cutoff
-        stale = self._res_owner.take(resident) >= 0
+        stale = np.asarray(self._res_owner.take(resident)) >= 0
         victims = eligible & stale
         next_use = self._res_next.take(resident)
         in_round = next_use <= last  # the first use after a committed one is at >= first

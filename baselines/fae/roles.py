@@ -18,12 +18,12 @@ memory FAE would use. Rows are dealt to shards by ``id % S`` (local index ``id /
 from __future__ import annotations
 
 import torch
-from torch.distributed import rpc
 
 from bagpipe.core import collectives, runtime
 from bagpipe.core.batch import DatasetSchema
 from bagpipe.core.cluster import GroupSpec
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
+from bagpipe.core.roleref import RoleRef
 from bagpipe.core.system import OptimConfig
 from bagpipe.models import ModelConfig, build_dense_model, initial_tables
 from bagpipe.systems.common import forward_backward, sgd_dense_, sgd_rows_, unique_rows
@@ -66,7 +66,7 @@ class FaeTrainer:
         self,
         rank: int,
         group: GroupSpec,
-        servers: list[rpc.RRef],
+        servers: list[RoleRef],
         schema: DatasetSchema,
         model: ModelConfig,
         dim: int,

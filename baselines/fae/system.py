@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.distributed.rpc import RRef
 
 from bagpipe.core.batch import Batch, global_ids, split_batch
 from bagpipe.core.cluster import Cluster
 from bagpipe.core.meter import StepRecord
+from bagpipe.core.roleref import RoleRef
 from bagpipe.core.system import ModelState, PhaseInfo, StepResult, System, TrainContext
 from bagpipe.data.source import BatchSource
 from bagpipe.models import table_dim
@@ -84,8 +84,8 @@ class FAE(System):
         self.step_timeout_s = step_timeout_s
         self._ctx: TrainContext | None = None
         self._cluster: Cluster | None = None
-        self._servers: list[RRef] = []
-        self._trainers: list[RRef] = []
+        self._servers: list[RoleRef] = []
+        self._trainers: list[RoleRef] = []
         self._source: FaeSource | None = None
         self._layout_from_cache = False
         self._mode = COLD

@@ -25,12 +25,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
-from torch.distributed import rpc
 
 from bagpipe.core import collectives, runtime
 from bagpipe.core.batch import DatasetSchema
 from bagpipe.core.cluster import GroupSpec
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
+from bagpipe.core.roleref import RoleRef
 from bagpipe.core.system import OptimConfig
 from bagpipe.models import ModelConfig, build_dense_model, initial_tables
 from bagpipe.systems.common import forward_backward, sgd_dense_, unique_rows
@@ -98,7 +98,7 @@ class HetTrainer:
         self,
         rank: int,
         group: GroupSpec,
-        servers: list[rpc.RRef],
+        servers: list[RoleRef],
         schema: DatasetSchema,
         model: ModelConfig,
         dim: int,

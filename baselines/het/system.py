@@ -13,11 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.distributed.rpc import RRef
 
 from bagpipe.core.batch import Batch, global_ids, split_batch
 from bagpipe.core.cluster import Cluster
 from bagpipe.core.meter import StepRecord
+from bagpipe.core.roleref import RoleRef
 from bagpipe.core.system import ModelState, StepResult, System, TrainContext
 from bagpipe.models import table_dim
 from baselines.het.roles import HetServerShard, HetSettings, HetTrainer
@@ -65,8 +65,8 @@ class HET(System):
         self.step_timeout_s = step_timeout_s
         self._ctx: TrainContext | None = None
         self._cluster: Cluster | None = None
-        self._servers: list[RRef] = []
-        self._trainers: list[RRef] = []
+        self._servers: list[RoleRef] = []
+        self._trainers: list[RoleRef] = []
 
     def setup(self, ctx: TrainContext) -> None:
         if ctx.global_batch_size % self.num_trainers:

@@ -117,6 +117,7 @@ def test_belady_keeps_soonest_next_use(planner) -> None:
     assert stats.peak_resident_rows == 7
     assert stats.capacity_evictions == 1 and stats.lease_breaks == 0
 
+
 def test_capacity_error_names_min_capacity(planner) -> None:
     # Same stream, capacity 6. Round 2 needs rows of steps 1..5 = {1,2,3,4,5,6,7} = 7 > 6 -> error.
     cfg = OracleConfig(num_trainers=1, lookahead=4, cleanup_interval=2, capacity=6)
