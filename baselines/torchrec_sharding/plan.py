@@ -16,7 +16,7 @@ limits; gloo has had the reduce-scatter row-wise needs since torch 2.x, so those
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch.distributed as dist
 from torch import nn
@@ -39,7 +39,7 @@ from torchrec.distributed.types import (
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
 SHARDING_TYPES = ("auto", "table_wise", "row_wise", "column_wise", "data_parallel")
-KERNELS = ("fused", "dense")
+KERNELS = ("auto", "fused", "dense")
 FUSED_COLUMN_MULTIPLE = 4  # TorchRec 1.9.2 BatchedFusedEmbeddingBag: every shard's cols % 4 == 0
 
 
@@ -50,8 +50,9 @@ class ShardingKnobs:
     Args:
         sharding: ``auto`` (the planner decides) or one TorchRec sharding type for every table.
         kernel: embedding compute kernel of sharded tables (``fused``: FBGEMM TBE with SGD applied
-            inside backward; ``dense``: autograd weights stepped by the dense optimizer). Data-parallel
-            tables always use ``dense`` (TorchRec's rule).
+            inside backward; ``dense``: autograd weights stepped by the dense optimizer; ``auto``:
+            ``fused`` where FBGEMM accepts the table width, else ``dense`` — see
+            :meth:`for_table_dim`). Data-parallel tables always use ``dense`` (TorchRec's rule).
         planner: plan a named ``sharding`` with the planner (as a constraint) instead of by hand.
         min_partition: smallest column-wise shard width (planner constraint and manual CW split).
     """
@@ -73,6 +74,17 @@ class ShardingKnobs:
     def column_block(self) -> int:
         """Shard widths must be multiples of this: FBGEMM's fused kernel asserts ``cols % 4 == 0``."""
         return FUSED_COLUMN_MULTIPLE if self.kernel == "fused" else 1
+
+    def for_table_dim(self, dim: int) -> ShardingKnobs:
+        """Resolve ``kernel=auto``: the fused kernel unless the width rules it out (DeepFM's D+1).
+
+        A sweep over models (suite fig7) then runs TorchRec's fastest kernel wherever it can,
+        without a per-model override; ``stats()`` reports the kernel actually used.
+        """
+        if self.kernel != "auto":
+            return self
+        fused_fits = dim % FUSED_COLUMN_MULTIPLE == 0 or self.sharding == "data_parallel"
+        return replace(self, kernel="fused" if fused_fits else "dense")
 
     def check_table_dim(self, dim: int, world: int) -> None:
         """Fail before spawning anything when TorchRec would reject the tables' width."""

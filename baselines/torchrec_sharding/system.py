@@ -34,7 +34,8 @@ class TorchRecSharding(System):
         num_trainers: T, the trainers sharing the tables.
         sharding: ``auto`` (planner) or ``table_wise`` / ``row_wise`` / ``column_wise`` /
             ``data_parallel`` for every table.
-        kernel: ``fused`` (SGD inside backward, FBGEMM TBE) or ``dense``.
+        kernel: ``auto`` (fused where the table width allows it, else dense), ``fused`` (SGD inside
+            backward, FBGEMM TBE) or ``dense``.
         use_pipeline: train through ``TrainPipelineSparseDist`` (input dist one batch ahead).
         planner: plan a named ``sharding`` with TorchRec's planner rather than by hand.
         min_partition: smallest column-wise shard width.
@@ -47,7 +48,7 @@ class TorchRecSharding(System):
         self,
         num_trainers: int = 2,
         sharding: str = "auto",
-        kernel: str = "fused",
+        kernel: str = "auto",
         use_pipeline: bool = False,
         planner: bool = False,
         min_partition: int | None = None,
@@ -73,6 +74,7 @@ class TorchRecSharding(System):
                 f"global_batch_size {ctx.global_batch_size} does not split into "
                 f"system.num_trainers={self.num_trainers} equal slices"
             )
+        self.knobs = self.knobs.for_table_dim(table_dim(ctx.model))
         self.knobs.check_table_dim(table_dim(ctx.model), self.num_trainers)
         self._ctx = ctx
         self._source = ctx.source
