@@ -82,8 +82,8 @@ def skew(args: argparse.Namespace) -> None:
     _save_csv(frame, args.results_dir / "skew" / "cdf.csv")
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for label, group in frame.groupby("dataset", sort=False):
-        ax.plot(100 * group["row_share"], 100 * group["access_share"], label=label)
+    for dataset, group in frame.groupby("dataset", sort=False):
+        ax.plot(100 * group["row_share"], 100 * group["access_share"], label=str(dataset))
     ax.axvline(1.0, color="grey", lw=0.8, ls="--")
     ax.axhline(92.0, color="grey", lw=0.8, ls=":")
     ax.set(xscale="log", xlabel="most accessed rows (% of all rows)",
@@ -93,8 +93,11 @@ def skew(args: argparse.Namespace) -> None:
     at_1pct = frame[np.isclose(frame["row_share"], 0.01)]
     table = ["| dataset | table rows | lookups sampled | accesses to top 1% of rows |",
              "|---|---|---|---|"]
-    table += [f"| {r.dataset} | {r.table_rows:,} | {r.lookups:,} | {100 * r.access_share:.1f}% |"
-              for r in at_1pct.itertuples()]
+    table += [
+        f"| {r['dataset']} | {int(r['table_rows']):,} | {int(r['lookups']):,} | "
+        f"{100 * float(r['access_share']):.1f}% |"
+        for r in at_1pct.to_dict("records")
+    ]
     _write_report(args, "skew", "Access skew: share of lookups vs share of rows", figure, table,
                   SKEW_CLAIM, [
                       f"Synthetic presets at scale {args.scale} (table sizes scaled down, the "
@@ -158,10 +161,11 @@ def convergence(args: argparse.Namespace) -> None:
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
     styles = ["-", "--", ":", "-."]
-    for index, (label, group) in enumerate(frame.groupby("system", sort=True)):
+    for index, (system, group) in enumerate(frame.groupby("system", sort=True)):
         mean = group.groupby("step")[["auc", "wall_s"]].mean()
-        axes[0].plot(mean.index, mean["auc"], styles[index % 4], label=label, marker="o", ms=3)
-        axes[1].plot(mean["wall_s"], mean["auc"], styles[index % 4], label=label, marker="o", ms=3)
+        style = styles[index % 4]
+        axes[0].plot(mean.index, mean["auc"], style, label=str(system), marker="o", ms=3)
+        axes[1].plot(mean["wall_s"], mean["auc"], style, label=str(system), marker="o", ms=3)
     axes[0].set(xlabel="step", ylabel="eval AUC", title="AUC vs iterations")
     axes[1].set(xlabel="wall time (s)", ylabel="eval AUC", title="AUC vs wall time")
     axes[0].legend(fontsize=8)
