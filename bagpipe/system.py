@@ -221,7 +221,7 @@ class Bagpipe(System):
             for trainer, part in zip(self._trainers, split_batch(batch, self.num_trainers), strict=True)
         ]
         *results, planning_s = cluster.wait([*futures, planning])
-        record = _merge_trainer_records([r for _, r in results])
+        record = runtime.merge_trainer_records([r for _, r in results])
         record.counters["planning_s"] = planning_s
         self._totals = self._totals + record
         return StepResult(loss=float(sum(loss for loss, _ in results)), record=record)
@@ -266,11 +266,3 @@ class Bagpipe(System):
             raise RuntimeError("Bagpipe used before setup(ctx) or after close()")
         return self._cluster, self._oracle
 
-
-def _merge_trainer_records(records: list[StepRecord]) -> StepRecord:
-    """Traffic, cache and counters summed over trainers; phase times those of trainer 0."""
-    total = StepRecord()
-    for record in records:
-        total = total + record
-    total.phase_s = dict(records[0].phase_s)
-    return total

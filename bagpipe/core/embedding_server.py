@@ -140,16 +140,26 @@ class EmbeddingServer:
             return self.sharding.shard_ids(self.shard, self.total_rows), self.rows.clone()
 
 
+def gather_rows(shards: list[tuple[torch.Tensor, torch.Tensor]], total_rows: int) -> torch.Tensor:
+    """The flat ``[total_rows, D]`` global row space from every shard's ``(global ids, rows)``."""
+    dim = shards[0][1].shape[1]
+    rows = torch.empty(total_rows, dim, dtype=shards[0][1].dtype)
+    for ids, shard_rows in shards:
+        rows[ids] = shard_rows
+    return rows
+
+
+def split_tables(rows: torch.Tensor, schema: DatasetSchema) -> dict[str, torch.Tensor]:
+    """Per-table views of the flat global row space (``ModelState.tables``)."""
+    parts = torch.split(rows, list(schema.table_sizes))
+    return dict(zip(schema.table_names, parts, strict=True))
+
+
 def gather_tables(
     shards: list[tuple[torch.Tensor, torch.Tensor]], schema: DatasetSchema
 ) -> dict[str, torch.Tensor]:
     """Per-table tensors from every shard's :meth:`EmbeddingServer.state`."""
-    dim = shards[0][1].shape[1]
-    rows = torch.empty(schema.total_rows, dim, dtype=shards[0][1].dtype)
-    for ids, shard_rows in shards:
-        rows[ids] = shard_rows
-    parts = torch.split(rows, list(schema.table_sizes))
-    return dict(zip(schema.table_names, parts, strict=True))
+    return split_tables(gather_rows(shards, schema.total_rows), schema)
 
 
 class ShardedTables:

@@ -17,8 +17,9 @@ import torch
 
 from bagpipe.core.batch import Batch, global_ids, split_batch
 from bagpipe.core.cluster import Cluster
-from bagpipe.core.meter import StepRecord
+from bagpipe.core.embedding_server import gather_rows, split_tables
 from bagpipe.core.roleref import RoleRef
+from bagpipe.core.runtime import merge_trainer_records
 from bagpipe.core.system import ModelState, PhaseInfo, StepResult, System, TrainContext
 from bagpipe.data.source import BatchSource
 from bagpipe.models import table_dim
@@ -165,10 +166,7 @@ class FAE(System):
             )
         ]
         results = cluster.wait(futures, self.step_timeout_s)
-        record = StepRecord()
-        for _, trainer_record in results:
-            record = record + trainer_record
-        record.phase_s = dict(results[0][1].phase_s)  # phase times as trainer 0 saw them
+        record = merge_trainer_records([record for _, record in results])
         record.counters["fae_hot_step"] = float(kind == HOT)
         self._time_s[kind] += time.perf_counter() - start
         self._steps[kind] += 1
@@ -187,15 +185,12 @@ class FAE(System):
         """Server rows, with the replica's hot rows over them while a hot phase is running."""
         ctx, cluster = self._require_setup()
         shards = cluster.wait([s.rpc_async().rows() for s in self._servers], self.step_timeout_s)
-        rows = torch.empty(ctx.schema.total_rows, table_dim(ctx.model))
-        for ids, shard_rows in shards:
-            rows[ids] = shard_rows
+        rows = gather_rows(shards, ctx.schema.total_rows)
         replica = cluster.wait(self._trainers[0].rpc_async().replica_rows(), self.step_timeout_s)
         if replica is not None:
             rows[replica[0]] = replica[1]
         dense = cluster.wait(self._trainers[0].rpc_async().dense_state(), self.step_timeout_s)
-        parts = torch.split(rows, list(ctx.schema.table_sizes))
-        return ModelState(tables=dict(zip(ctx.schema.table_names, parts, strict=True)), dense=dense)
+        return ModelState(tables=split_tables(rows, ctx.schema), dense=dense)
 
     def stats(self) -> dict[str, Any]:
         """The paper's FAE metrics: hot-input share, hot rows/bytes, swaps, rates, time split."""

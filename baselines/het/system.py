@@ -16,8 +16,9 @@ import torch
 
 from bagpipe.core.batch import Batch, global_ids, split_batch
 from bagpipe.core.cluster import Cluster
-from bagpipe.core.meter import StepRecord
+from bagpipe.core.embedding_server import gather_rows, split_tables
 from bagpipe.core.roleref import RoleRef
+from bagpipe.core.runtime import merge_trainer_records
 from bagpipe.core.system import ModelState, StepResult, System, TrainContext
 from bagpipe.models import table_dim
 from baselines.het.roles import HetServerShard, HetSettings, HetTrainer
@@ -123,10 +124,7 @@ class HET(System):
             for trainer, part, upcoming in zip(self._trainers, slices, next_ids, strict=True)
         ]
         results = cluster.wait(futures, self.step_timeout_s)
-        record = StepRecord()
-        for _, trainer_record in results:
-            record = record + trainer_record
-        record.phase_s = dict(results[0][1].phase_s)  # phase times as trainer 0 saw them
+        record = merge_trainer_records([record for _, record in results])
         return StepResult(loss=sum(loss for loss, _ in results), record=record)
 
     def full_state(self) -> ModelState:
@@ -136,14 +134,11 @@ class HET(System):
             [t.rpc_async().unpushed() for t in self._trainers], self.step_timeout_s
         )
         shards = cluster.wait([s.rpc_async().rows() for s in self._servers], self.step_timeout_s)
-        rows = torch.empty(ctx.schema.total_rows, table_dim(ctx.model))
-        for ids, shard_rows in shards:
-            rows[ids] = shard_rows
+        rows = gather_rows(shards, ctx.schema.total_rows)
         for keys, deltas in unpushed:
             rows.index_add_(0, keys, deltas)
-        parts = torch.split(rows, list(ctx.schema.table_sizes))
         dense = cluster.wait(self._trainers[0].rpc_async().dense_state(), self.step_timeout_s)
-        return ModelState(tables=dict(zip(ctx.schema.table_names, parts, strict=True)), dense=dense)
+        return ModelState(tables=split_tables(rows, ctx.schema), dense=dense)
 
     def stats(self) -> dict[str, Any]:
         """Cache counters summed over trainers, miss rate, and the servers' staleness histogram."""

@@ -17,7 +17,7 @@ import torch
 
 from bagpipe.core.batch import Batch, split_batch
 from bagpipe.core.cluster import Cluster
-from bagpipe.core.meter import StepRecord
+from bagpipe.core.runtime import merge_trainer_records
 from bagpipe.core.system import ModelState, StepResult, System, TrainContext
 from bagpipe.data.source import BatchSource
 from bagpipe.models import table_dim
@@ -118,11 +118,7 @@ class TorchRecSharding(System):
             for trainer, pieces in zip(self._trainers, per_rank, strict=True)
         ]
         results = cluster.wait(futures, timeout_s=self.step_timeout_s)
-        record = StepRecord()
-        for _, trainer_record in results:
-            record = record + trainer_record
-        # Phase times as seen by trainer 0 (StepResult's convention), traffic summed over trainers.
-        record.phase_s = dict(results[0][1].phase_s)
+        record = merge_trainer_records([record for _, record in results])
         loss = sum(bce_sum for bce_sum, _ in results) / ctx.global_batch_size
         return StepResult(loss=loss, record=record)
 
