@@ -11,6 +11,8 @@ compare like with like. Rows (long format, one metric each):
 * ``emb_bytes_per_iter``: embedding traffic (pull + push + all-to-all) per step, all trainers;
 * ``slowdown_vs_local``: p50 iteration time over ``local``'s under the same link setting.
 
+FAE trains on its re-packed source (``prepare_dataset``), as the runner would have it.
+
 To add a system, append a :class:`SystemSpec` to :data:`SYSTEMS` (its registry name and knobs).
 """
 
@@ -52,6 +54,8 @@ SYSTEMS: list[SystemSpec] = [
     # L = 10 (ci = 2) so that a 30-step run sees lease expiries, write-backs and refetches.
     SystemSpec("bagpipe", "bagpipe", {"num_trainers": 2, "num_servers": 2, "lookahead": 10}),
     SystemSpec("torchrec", "torchrec", {"num_trainers": 2, "sharding": "auto"}),
+    SystemSpec("het", "het", {"num_trainers": 2, "num_servers": 2}),
+    SystemSpec("fae", "fae", {"num_trainers": 2, "num_servers": 2}),
 ]
 
 
@@ -59,10 +63,11 @@ def _measure(spec: SystemSpec, ctx: TrainContext, steps: int) -> dict[str, float
     system = load_system(spec.name)(**spec.knobs)
     system.setup(ctx)
     try:
+        source = system.prepare_dataset(ctx.source)  # FAE re-packs hot and cold batches
         times_s: list[float] = []
         records: list[StepRecord] = []
         for step in range(WARMUP + steps):
-            batch = ctx.source[step]
+            batch = source[step % len(source)]
             start = time.perf_counter()
             result = system.train_step(step, batch)
             if step >= WARMUP:
