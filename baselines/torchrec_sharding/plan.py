@@ -83,8 +83,13 @@ class ShardingKnobs:
         """
         if self.kernel != "auto":
             return self
-        fused_fits = dim % FUSED_COLUMN_MULTIPLE == 0 or self.sharding == "data_parallel"
-        return replace(self, kernel="fused" if fused_fits else "dense")
+        if dim % FUSED_COLUMN_MULTIPLE == 0 or self.sharding == "data_parallel":
+            return replace(self, kernel="fused")
+        if self.uses_planner:
+            # On CPU TorchRec's planner proposes sharded tables only with the fused kernel, and DMP
+            # rejects its plans once the dense kernel is forced; a manual table-wise plan is valid.
+            return replace(self, sharding="table_wise", kernel="dense", planner=False)
+        return replace(self, kernel="dense")
 
     def check_table_dim(self, dim: int, world: int) -> None:
         """Fail before spawning anything when TorchRec would reject the tables' width."""
