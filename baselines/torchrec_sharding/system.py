@@ -156,13 +156,18 @@ class TorchRecSharding(System):
         pieces_per_rank = cluster.wait([t.rpc_async().table_pieces() for t in self._trainers])
         tables: dict[str, torch.Tensor] = {}
         for name, rows in zip(ctx.schema.table_names, ctx.schema.table_sizes, strict=True):
-            full = torch.full((rows, table_dim(ctx.model)), float("nan"))
+            full = torch.empty(rows, table_dim(ctx.model))
+            covered = torch.zeros(rows, table_dim(ctx.model), dtype=torch.bool)
             for pieces in pieces_per_rank:
                 for (row_off, col_off), tensor in pieces.get(name, []):
-                    full[
-                        row_off : row_off + tensor.shape[0], col_off : col_off + tensor.shape[1]
-                    ] = tensor
-            if torch.isnan(full).any():
+                    block = (
+                        slice(row_off, row_off + tensor.shape[0]),
+                        slice(col_off, col_off + tensor.shape[1]),
+                    )
+                    full[block] = tensor
+                    covered[block] = True
+            # A coverage mask, not a NaN sentinel: a diverged model's NaN weights are its state.
+            if not bool(covered.all()):
                 raise RuntimeError(f"table {name}: the trainers' shards do not cover it")
             tables[name] = full
         dense = cluster.wait(self._trainers[0].rpc_async().dense_state())

@@ -161,4 +161,4 @@ def test_bad_knobs_name_the_key() -> None:
 def test_fused_kernel_rejects_widths_fbgemm_cannot_take() -> None:
     """FBGEMM's fused kernel needs widths divisible by 4; DeepFM's 9 fails before any spawn."""
     with pytest.raises(ValueError, match=r"system\.kernel=fused.*9 wide"):
-        TorchRecSharding(2, sharding="table_wise").setup(_context(DEEPFM))
+        TorchRecSharding(2, sharding="table_wise", kernel="fused").setup(_context(DEEPFM))
