@@ -7,12 +7,14 @@ training on it lowers the loss and raises AUC.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 
 import pytest
 import torch
 
 from bagpipe.core.batch import Batch, DatasetSchema, batch_from_arrays
+from bagpipe.core.link import LinkConfig
 from bagpipe.core.system import OptimConfig, TrainContext
 from bagpipe.models.base import ModelConfig
 
@@ -75,6 +77,27 @@ class TinySource:
 
     def __iter__(self) -> Iterator[Batch]:
         return (self[i] for i in range(self.num_batches))
+
+
+def equivalence_context(
+    schema: DatasetSchema, model_name: str, batch_size: int, num_batches: int, seed: int,
+    **extra: object,
+) -> TrainContext:
+    """The context every multi-process equivalence test trains ``local`` and its system on.
+
+    Learning rates large enough that every step moves the weights, and the link model off (exact
+    results, not timing, are under test).
+    """
+    return TrainContext(
+        schema=schema,
+        model=dataclasses.replace(TINY_MODEL, name=model_name),
+        optim=OptimConfig(embedding_lr=0.5, dense_lr=0.3),
+        global_batch_size=batch_size,
+        seed=seed,
+        source=TinySource(schema, batch_size, num_batches, seed=seed),
+        link=LinkConfig(enabled=False),
+        **extra,  # type: ignore[arg-type]
+    )
 
 
 @pytest.fixture

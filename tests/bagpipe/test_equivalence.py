@@ -3,18 +3,15 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
 from bagpipe.core.batch import DatasetSchema
-from bagpipe.core.link import LinkConfig
 from bagpipe.core.registry import load_system
-from bagpipe.core.system import OptimConfig, System, TrainContext
+from bagpipe.core.system import System, TrainContext
 from bagpipe.system import Bagpipe
 from bagpipe.systems.local import LocalSystem
-from tests.conftest import TINY_MODEL, TinySource
+from tests.conftest import equivalence_context
 
 SCHEMA = DatasetSchema(
     name="bagpipe-eq", num_dense=3, table_sizes=(40, 300, 12, 500), feature_names=("a", "b", "c", "d")
@@ -26,15 +23,7 @@ TIGHT_CAPACITY = 130
 
 
 def _context(model_name: str) -> TrainContext:
-    return TrainContext(
-        schema=SCHEMA,
-        model=dataclasses.replace(TINY_MODEL, name=model_name),
-        optim=OptimConfig(embedding_lr=0.5, dense_lr=0.3),
-        global_batch_size=BATCH,
-        seed=3,
-        source=TinySource(SCHEMA, BATCH, STEPS, seed=3),
-        link=LinkConfig(enabled=False),
-    )
+    return equivalence_context(SCHEMA, model_name, BATCH, STEPS, seed=3)
 
 
 def _train(system: System, ctx: TrainContext) -> tuple[list[float], System]:

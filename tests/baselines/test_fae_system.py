@@ -6,19 +6,16 @@ FAE changes only *which examples share a batch* and where the rows live during a
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
 from bagpipe.core.batch import DatasetSchema, global_ids
-from bagpipe.core.link import LinkConfig
 from bagpipe.core.registry import load_system
-from bagpipe.core.system import ModelState, OptimConfig, TrainContext
+from bagpipe.core.system import ModelState, TrainContext
 from bagpipe.models import initial_tables, table_dim
 from bagpipe.systems.local import LocalSystem
 from baselines.fae import FAE
-from tests.conftest import TINY_MODEL, TinySource
+from tests.conftest import TINY_MODEL, TinySource, equivalence_context
 
 SCHEMA = DatasetSchema(
     name="fae-eq", num_dense=3, table_sizes=(30, 200, 8), feature_names=("a", "b", "c")
@@ -27,16 +24,7 @@ BATCHES, BATCH = 8, 16
 
 
 def _context(model_name: str, tmp_path) -> TrainContext:
-    return TrainContext(
-        schema=SCHEMA,
-        model=dataclasses.replace(TINY_MODEL, name=model_name),
-        optim=OptimConfig(embedding_lr=0.5, dense_lr=0.3),
-        global_batch_size=BATCH,
-        seed=7,
-        source=TinySource(SCHEMA, BATCH, BATCHES, seed=7),
-        link=LinkConfig(enabled=False),
-        workdir=tmp_path,
-    )
+    return equivalence_context(SCHEMA, model_name, BATCH, BATCHES, seed=7, workdir=tmp_path)
 
 
 def _local_on(source, model_name: str, tmp_path) -> tuple[list[float], ModelState]:

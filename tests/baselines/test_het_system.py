@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
 from bagpipe.core.batch import DatasetSchema
-from bagpipe.core.link import LinkConfig
 from bagpipe.core.registry import load_system
-from bagpipe.core.system import ModelState, OptimConfig, System, TrainContext
+from bagpipe.core.system import ModelState, System, TrainContext
 from bagpipe.systems.local import LocalSystem
 from baselines.het import HET
-from tests.conftest import TINY_MODEL, TinySource
+from tests.conftest import equivalence_context
 
 SCHEMA = DatasetSchema(
     name="het-eq", num_dense=3, table_sizes=(30, 200, 8), feature_names=("a", "b", "c")
@@ -22,15 +19,7 @@ STEPS, BATCH = 8, 16
 
 
 def _context(model_name: str) -> TrainContext:
-    return TrainContext(
-        schema=SCHEMA,
-        model=dataclasses.replace(TINY_MODEL, name=model_name),
-        optim=OptimConfig(embedding_lr=0.5, dense_lr=0.3),
-        global_batch_size=BATCH,
-        seed=5,
-        source=TinySource(SCHEMA, BATCH, STEPS, seed=5),
-        link=LinkConfig(enabled=False),
-    )
+    return equivalence_context(SCHEMA, model_name, BATCH, STEPS, seed=5)
 
 
 def _train(system: System, ctx: TrainContext) -> list[float]:

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
 from bagpipe.core.batch import DatasetSchema, global_ids, split_batch
-from bagpipe.core.link import LinkConfig
 from bagpipe.core.meter import LinkKind, StepRecord
 from bagpipe.core.registry import load_system
-from bagpipe.core.system import ModelState, OptimConfig, TrainContext
+from bagpipe.core.system import ModelState, TrainContext
 from bagpipe.models import build_dense_model, initial_tables, table_dim
 from bagpipe.systems.local import LocalSystem
 from baselines.sync_ps import SyncPS
-from tests.conftest import TINY_MODEL, TinySource
+from tests.conftest import equivalence_context
 
 SCHEMA = DatasetSchema(
     name="sync-ps-eq", num_dense=3, table_sizes=(30, 200, 8), feature_names=("a", "b", "c")
@@ -24,15 +21,7 @@ STEPS, BATCH = 20, 16
 
 
 def _context(model_name: str) -> TrainContext:
-    return TrainContext(
-        schema=SCHEMA,
-        model=dataclasses.replace(TINY_MODEL, name=model_name),
-        optim=OptimConfig(embedding_lr=0.5, dense_lr=0.3),
-        global_batch_size=BATCH,
-        seed=3,
-        source=TinySource(SCHEMA, BATCH, STEPS, seed=3),
-        link=LinkConfig(enabled=False),
-    )
+    return equivalence_context(SCHEMA, model_name, BATCH, STEPS, seed=3)
 
 
 def _expected_bytes(ctx: TrainContext, step: int, trainers: int) -> dict[str, int]:
