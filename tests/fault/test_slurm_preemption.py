@@ -41,6 +41,24 @@ def _wait_for(condition, timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
+def _result_starting_requeues_at_once(job, timeout_s: float) -> dict:
+    """Wait for the job's result. SLURM holds a requeued job for a while (its BeginTime); whenever
+    the job is pending, ask for it to start now. The requeue may happen at any moment after the
+    signal, while the first instance is still ending, so this is checked on every poll rather than
+    once."""
+    deadline = time.monotonic() + timeout_s
+    while not job.paths.result_pickle.exists():
+        if time.monotonic() > deadline:
+            pytest.fail(f"no result after {timeout_s} s; squeue says {_state(job.job_id)!r}; "
+                        f"job stderr:\n{job.stderr()}")
+        if _state(job.job_id) == "PENDING":
+            subprocess.run(["scontrol", "update", f"jobid={job.job_id}", "StartTime=now"],
+                           capture_output=True, timeout=30)
+        time.sleep(0.5)
+    return job.result()
+
+
+@pytest.mark.timeout(480)
 def test_preempted_job_resumes_to_the_same_model(tmp_path: Path, monkeypatch) -> None:
     _cluster_up()
     import submitit
@@ -56,12 +74,7 @@ def test_preempted_job_resumes_to_the_same_model(tmp_path: Path, monkeypatch) ->
         # What SLURM sends a preempted (or timed-out) job; submitit checkpoints and requeues it.
         subprocess.run(["scancel", "--signal=USR2", job.job_id], check=True, timeout=30)
         _wait_for(lambda: "Requeued job" in (job.stderr() or ""), 60, "submitit's requeue")
-        # SLURM holds a requeued job ~2 min (BeginTime); once it is pending, let it start now.
-        _wait_for(lambda: _state(job.job_id) in ("PENDING", "RUNNING", ""), 60, "the requeue")
-        if _state(job.job_id) == "PENDING":
-            subprocess.run(["scontrol", "update", f"jobid={job.job_id}", "StartTime=now"],
-                           check=True, capture_output=True, timeout=30)
-        outcome = job.result()
+        outcome = _result_starting_requeues_at_once(job, 240)
     finally:
         subprocess.run(["scancel", job.job_id], capture_output=True, timeout=30)
     assert outcome["first_step"] > 0, "the requeued job started over instead of resuming"
