@@ -6,8 +6,10 @@ its batch needs from S embedding-server shards, trains, and pushes the row gradi
 ends only once every shard acknowledged every trainer's push, so the next pull sees all updates.
 Training is therefore exactly synchronous SGD (equal to ``local`` to fp tolerance), and every byte
 of embedding traffic sits on the critical path: the upper bound caching systems are measured from.
+The shards sum each step's pushes in trainer-rank order (``server.py``), so a run is bit-reproducible
+and one recovered from a checkpoint ends bit-identical to an uninterrupted one.
 
-Processes: ``server_0..S-1`` (:class:`~bagpipe.core.embedding_server.EmbeddingServer`) and
+Processes: ``server_0..S-1`` (:class:`~baselines.sync_ps.server.StepOrderedServer`) and
 ``trainer_0..T-1`` (:class:`~baselines.sync_ps.trainer.SyncPSTrainer`, one gloo group for the dense
 all-reduce); the driver (this object) sends each trainer its slice of the global batch.
 """
@@ -18,11 +20,12 @@ from typing import Any
 
 from bagpipe.core.batch import Batch, ids_matrix, split_batch
 from bagpipe.core.cluster import Cluster
-from bagpipe.core.embedding_server import EmbeddingServer, gather_tables, server_role
+from bagpipe.core.embedding_server import gather_tables, server_role
 from bagpipe.core.roleref import RoleRef
 from bagpipe.core.runtime import merge_trainer_records
 from bagpipe.core.system import ModelState, StepResult, System, TrainContext
 from bagpipe.models import table_dim
+from baselines.sync_ps.server import StepOrderedServer
 from baselines.sync_ps.trainer import SyncPSTrainer
 
 
@@ -65,7 +68,7 @@ class SyncPS(System):
             dim = table_dim(ctx.model)
             self._servers = [
                 cluster.remote(
-                    role, EmbeddingServer, s, self.num_servers, ctx.schema, dim, ctx.seed, resume
+                    role, StepOrderedServer, s, self.num_servers, ctx.schema, dim, ctx.seed, resume
                 )
                 for s, role in enumerate(servers)
             ]
@@ -98,7 +101,7 @@ class SyncPS(System):
     def train_step(self, step: int, batch: Batch) -> StepResult:
         _, cluster = self._require_setup()
         futures = [
-            trainer.rpc_async().train_step(part.dense_features, ids_matrix(part), part.labels)
+            trainer.rpc_async().train_step(step, part.dense_features, ids_matrix(part), part.labels)
             for trainer, part in zip(
                 self._trainers, split_batch(batch, self.num_trainers), strict=True
             )

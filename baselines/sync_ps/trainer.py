@@ -7,13 +7,13 @@ import torch
 from bagpipe.core import collectives, runtime
 from bagpipe.core.batch import DatasetSchema
 from bagpipe.core.cluster import GroupSpec
-from bagpipe.core.embedding_server import ShardedTables
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
 from bagpipe.core.roleref import RoleRef
 from bagpipe.core.system import ModelState, OptimConfig
 from bagpipe.models import ModelConfig
 from bagpipe.systems.common import forward_backward, sgd_dense_, unique_rows
 from bagpipe.systems.start import start_dense_model
+from baselines.sync_ps.server import StepOrderedTables
 
 
 class SyncPSTrainer:
@@ -23,7 +23,7 @@ class SyncPSTrainer:
 
         pull unique rows of the slice   (FETCH_WAIT: request + reply on the links to the shards)
         forward / backward              (FORWARD, BACKWARD)
-        push row gradients to shards    (SYNC: the shards apply SGD, sum over trainers)
+        push row gradients to shards    (SYNC: the shards sum them over trainers, in rank order)
         all-reduce dense gradients      (SYNC: gloo SUM over the trainers)
         wait for every push ack         (SYNC: the next pull must see every trainer's update)
         SGD on the dense replica        (OPTIMIZER)
@@ -45,27 +45,29 @@ class SyncPSTrainer:
         self.schema = schema
         self.optim = optim
         self.global_batch_size = global_batch_size
-        self.tables = ShardedTables(servers, caller=runtime.current().role)
+        self.tables = StepOrderedTables(servers, runtime.current().role, rank)
         self.model = start_dense_model(model, schema, seed, resume)
         self.model.train()
         self.offsets = schema.table_offsets
 
     def train_step(
-        self, dense: torch.Tensor, ids: torch.Tensor, labels: torch.Tensor
+        self, step: int, dense: torch.Tensor, ids: torch.Tensor, labels: torch.Tensor
     ) -> tuple[float, StepRecord]:
-        """Train on this trainer's slice (``ids [B/T, F]`` per-table ids); return its loss and record."""
+        """Train on this trainer's slice of global batch ``step`` (``ids [B/T, F]`` per-table ids).
+
+        Returns its loss and record. ``step`` tags the pull and the push, so the shards apply
+        each step's gradients as one sum in rank order (``server.py``).
+        """
         meter = runtime.current().meter
         runtime.charge(LinkKind.DATA, dense, ids, labels)  # its own input: counted, not delayed
         with meter.phase(Phase.FETCH_WAIT):
             unique_ids, inverse = unique_rows(ids + self.offsets)
-            rows = self.tables.pull(unique_ids)
+            rows = self.tables.pull_at(step, unique_ids)
         grads = forward_backward(
             self.model, dense, rows, inverse, labels, self.global_batch_size, meter
         )
         with meter.phase(Phase.SYNC):
-            pushed = self.tables.push_gradients(
-                unique_ids, grads.row_grads, self.optim.embedding_lr
-            )
+            pushed = self.tables.push_at(step, unique_ids, grads.row_grads, self.optim.embedding_lr)
             collectives.allreduce(self._dense_grads())
             for ack in pushed.wait():
                 ack.wait()  # raises a shard's error

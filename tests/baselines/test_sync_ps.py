@@ -5,13 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bagpipe.core import runtime
 from bagpipe.core.batch import DatasetSchema, global_ids, split_batch
+from bagpipe.core.link import LinkConfig
 from bagpipe.core.meter import LinkKind, StepRecord
 from bagpipe.core.registry import load_system
 from bagpipe.core.system import ModelState, TrainContext
 from bagpipe.models import build_dense_model, initial_tables, table_dim
 from bagpipe.systems.local import LocalSystem
 from baselines.sync_ps import SyncPS
+from baselines.sync_ps.server import StepOrderedServer
 from tests.conftest import equivalence_context
 
 SCHEMA = DatasetSchema(
@@ -83,3 +86,60 @@ def test_bad_batch_split_is_rejected_before_any_process_starts() -> None:
     ctx = _context("dlrm")
     with pytest.raises(ValueError, match="global_batch_size 16 does not split into 3 trainers"):
         SyncPS(num_trainers=3).setup(ctx)
+
+
+def _pushes(seed: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """Rank -> (unique ids, gradients) for one step; ranks overlap on ids 2 and 4, magnitudes
+    differ by ~1e8 so that the order of the fp additions shows in the last bits."""
+    gen = torch.Generator().manual_seed(seed)
+    dim = 4
+    return {
+        0: (torch.tensor([0, 2, 4]), torch.randn(3, dim, generator=gen) * 1e4),
+        1: (torch.tensor([4, 2, 6]), torch.randn(3, dim, generator=gen) * 1e-4),
+    }
+
+
+def _server() -> StepOrderedServer:
+    runtime.init("server_0", LinkConfig(enabled=False))
+    return StepOrderedServer(0, 1, SCHEMA, 4, seed=3)
+
+
+def test_server_sums_a_step_in_rank_order_whatever_the_arrival_order() -> None:
+    lr = 0.37
+    pushes = _pushes(seed=5)
+    rows = {}
+    for arrival in ([0, 1], [1, 0]):
+        server = _server()
+        for rank in arrival:
+            server.push_at(0, rank, *pushes[rank], lr)
+        rows[tuple(arrival)] = server.state()[1]
+    assert torch.equal(rows[(0, 1)], rows[(1, 0)])
+
+    want = _server().state()[1]
+    total = torch.zeros(SCHEMA.total_rows, 4)
+    for rank in (0, 1):
+        total[pushes[rank][0]] += pushes[rank][1]
+    touched = torch.tensor([0, 2, 4, 6])
+    want.index_add_(0, touched, total[touched], alpha=-lr)  # one SGD update with the sum
+    assert torch.equal(rows[(1, 0)], want)
+
+
+def test_server_reads_of_a_step_see_earlier_steps_only() -> None:
+    """A fast trainer's step-1 push must not reach a slow trainer's step-1 read."""
+    server = _server()
+    ids = torch.tensor([0, 2, 4, 6])
+    start = server.fetch_rows_at(0, ids, "trainer_0")
+    step0, step1 = _pushes(seed=5), _pushes(seed=6)
+    for rank in (1, 0):
+        server.push_at(0, rank, *step0[rank], 0.5)
+    assert torch.equal(server.fetch_rows_at(0, ids, "trainer_0"), start)  # step 0: not yet applied
+    server.push_at(1, 0, *step1[0], 0.5)  # trainer 0 ran ahead into step 1
+    after_step0 = server.fetch_rows_at(1, ids, "trainer_1")
+    assert not torch.equal(after_step0, start)
+    assert torch.equal(server.fetch_rows_at(1, ids, "trainer_0"), after_step0)
+    with pytest.raises(ValueError, match="trainer 0 pushed step 1 twice"):
+        server.push_at(1, 0, *step1[0], 0.5)
+    server.push_at(1, 1, *step1[1], 0.5)
+    assert not torch.equal(server.fetch_rows_at(2, ids, "trainer_0"), after_step0)
+    with pytest.raises(ValueError, match="step 1 arrived after step 1 was applied"):
+        server.push_at(1, 1, *step1[1], 0.5)
