@@ -6,6 +6,11 @@ trainers' gloo group and lets TorchRec shard the ``EmbeddingBagCollection`` by t
 ``use_pipeline``, the slices TorchRec's ``TrainPipelineSparseDist`` wants ahead of time); the
 trainers run TorchRec's all-to-alls and DDP's all-reduce among themselves. Semantics equal
 ``local``'s exactly (``trainer.py`` explains the gradient scaling).
+
+Resumable (``ctx.resume``): each trainer writes its shards from the checkpoint's full tables and
+loads the dense part before DMP wraps it; plain SGD keeps no optimizer state, so a resumed run
+continues bit-identical to an uninterrupted one. A killed trainer takes its shards with it: the
+whole job restarts from the last checkpoint (``bagpipe.harness.recovery``).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ class TorchRecSharding(System):
     """
 
     name = "torchrec"
+    supports_resume = True
 
     def __init__(
         self,
@@ -78,6 +84,11 @@ class TorchRecSharding(System):
         self.knobs.check_table_dim(table_dim(ctx.model), self.num_trainers)
         self._ctx = ctx
         self._source = ctx.source
+        # A resumed run trains source[resume.step], source[resume.step + 1], ... (the runner's
+        # numbering); the step counters here and in the trainers start there.
+        first_step = ctx.resume.step if ctx.resume is not None else 0
+        self._next_step = self._sent_until = first_step
+        self._ahead.clear()
         roles = [f"trainer_{k}" for k in range(self.num_trainers)]
         self._cluster = Cluster(roles, link=ctx.link)
         spec = TrainerSpec(
@@ -92,7 +103,7 @@ class TorchRecSharding(System):
         try:
             group = self._cluster.new_group("trainers", self.num_trainers)
             self._trainers = [
-                self._cluster.remote(role, TorchRecTrainer, rank, group, spec)
+                self._cluster.remote(role, TorchRecTrainer, rank, group, spec, ctx.resume)
                 for rank, role in enumerate(roles)
             ]
             # Building a trainer runs collectives (planner, DMP): wait for all of them together.

@@ -40,9 +40,10 @@ from bagpipe.core import collectives, runtime
 from bagpipe.core.batch import Batch, DatasetSchema, ids_matrix
 from bagpipe.core.cluster import GroupSpec
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
-from bagpipe.core.system import OptimConfig
-from bagpipe.models import ModelConfig, RecModel, build_dense_model, initial_tables, table_dim
+from bagpipe.core.system import OptimConfig, ResumePoint
+from bagpipe.models import ModelConfig, RecModel, table_dim
 from bagpipe.systems.common import bce_loss_sum
+from bagpipe.systems.start import start_dense_model, start_tables
 from baselines.torchrec_sharding.plan import (
     FlexibleEBCSharder,
     ShardingKnobs,
@@ -107,9 +108,13 @@ class TorchRecTrainer:
         rank: this trainer's rank in the gloo group.
         group: the rendezvous of the trainers' group (``Cluster.new_group``).
         spec: model, data shape, optimizer and sharding knobs.
+        resume: the checkpoint to start from (its step and model), instead of the seeded weights
+            at step 0.
     """
 
-    def __init__(self, rank: int, group: GroupSpec, spec: TrainerSpec) -> None:
+    def __init__(
+        self, rank: int, group: GroupSpec, spec: TrainerSpec, resume: ResumePoint | None = None
+    ) -> None:
         self.rank = rank
         self.world = group.world_size
         self.spec = spec
@@ -133,9 +138,9 @@ class TorchRecTrainer:
             apply_optimizer_in_backward(
                 torch.optim.SGD, ebc.parameters(), {"lr": spec.optim.embedding_lr}
             )
-        model = ShardedRecModel(
-            ebc, build_dense_model(spec.model, spec.schema, spec.seed), spec.schema.feature_names
-        )
+        start = resume.state if resume is not None else None
+        dense = start_dense_model(spec.model, spec.schema, spec.seed, start)
+        model = ShardedRecModel(ebc, dense, spec.schema.feature_names)
         self.dense = model.dense
 
         sharder = FlexibleEBCSharder(spec.knobs.kernel)
@@ -163,13 +168,13 @@ class TorchRecTrainer:
         )
         shapes = {c.name: (c.num_embeddings, c.embedding_dim) for c in configs}
         self.layouts = table_layouts(module_plan, shapes, spec.schema.table_names, self.world)
-        self._load_initial_tables()
+        self._load_tables(start_tables(spec.schema, dim, spec.seed, start))
         self.optimizer = self._build_optimizer()
         self._allreduce_bytes = self._replicated_grad_bytes()
 
         self._pipeline: TrainPipelineSparseDist | None = None
         self._received: deque[Batch] = deque()
-        self._next_step = 0
+        self._next_step = resume.step if resume is not None else 0
         if spec.use_pipeline:
             self._pipeline = TrainPipelineSparseDist(self.dmp, self.optimizer, self.device)
 
@@ -183,9 +188,11 @@ class TorchRecTrainer:
                 yield key.split(marker, 1)[1][: -len(suffix)], value
 
     @torch.no_grad()
-    def _load_initial_tables(self) -> None:
-        """Write the shared seeded tables into this rank's shards (same start as every system)."""
-        full = initial_tables(self.spec.schema, self.dim, self.spec.seed)
+    def _load_tables(self, full: dict[str, torch.Tensor]) -> None:
+        """Write this rank's pieces of the full tables into its shards.
+
+        ``full`` is the seeded start every system shares, or a checkpoint's tables.
+        """
         for name, tensor in self._named_table_tensors():
             for offsets, local in _local_pieces(tensor):
                 rows, cols = local.shape

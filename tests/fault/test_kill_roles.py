@@ -3,7 +3,7 @@
 The driver notices the death (``RoleFailedError``), tears the job down, restarts it from the last
 checkpoint and trains on; the final model must equal, bit for bit, that of an uninterrupted run
 with the same seed. Bagpipe is checked with a killed trainer and a killed embedding-server shard,
-sync_ps with a killed server shard.
+sync_ps with a killed server shard, TorchRec with a killed rank.
 """
 
 from __future__ import annotations
@@ -116,6 +116,30 @@ def test_sync_ps_recovers_bit_identical_from_a_server_kill(tmp_path: Path) -> No
     assert digest.state is not None and reference.state is not None
     _assert_equal_states(digest.state, reference.state)
     assert digest.value == reference.value
+
+
+def test_torchrec_recovers_bit_identical_from_a_trainer_kill(tmp_path: Path) -> None:
+    """A killed TorchRec rank takes its shards with it: the job restarts from the checkpoint."""
+    from baselines.torchrec_sharding import TorchRecSharding
+
+    def factory() -> System:
+        return TorchRecSharding(num_trainers=2, sharding="row_wise", kernel="fused")
+
+    make, systems = _maker(factory)
+    reference = Digest(systems)
+    run_training(make(), _context(), _eval_source(), CFG, [reference])
+    make, systems = _maker(factory)
+    digest, kills = Digest(systems), KillRoles({7: "trainer_1"})
+    result, restarts = run_with_recovery(
+        make, _context(), _eval_source(), CFG, CheckpointStore(tmp_path), [kills, digest]
+    )
+    assert [(r.role, r.resumed_step) for r in restarts] == [("trainer_1", 5)]
+    assert all("died" in r.reason for r in restarts)
+    assert digest.state is not None and reference.state is not None
+    _assert_equal_states(digest.state, reference.state)
+    assert digest.value == reference.value
+    assert [int(m["step"]) for m in result.steps] == list(range(STEPS))
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("bagpipe-")]
 
 
 def _assert_equal_states(got: ModelState, want: ModelState) -> None:
