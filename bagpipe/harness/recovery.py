@@ -123,6 +123,7 @@ def run_with_recovery(
     *,
     max_restarts: int = 3,
     resume_existing: bool = True,
+    stop_requested: Callable[[], bool] | None = None,
 ) -> tuple[RunResult, list[Restart]]:
     """Train like :func:`~bagpipe.harness.runner.run_training`, restarting after role failures.
 
@@ -132,6 +133,8 @@ def run_with_recovery(
         max_restarts: role failures tolerated; the next one is re-raised.
         resume_existing: start from the store's newest checkpoint if it has one (a requeued SLURM
             job); ``False`` requires an empty store, so a fresh run never resumes by accident.
+        stop_requested: passed to the runner: when it says yes after a step, a checkpoint is
+            saved there and :class:`~bagpipe.harness.runner.Preempted` is raised (not retried).
 
     Returns:
         The run's result and its restarts. ``result.steps`` / ``evals`` cover the whole run, each
@@ -154,6 +157,7 @@ def run_with_recovery(
             result = run_training(
                 make_system(), ctx, eval_source, cfg,
                 callbacks=[progress], checkpoints=store, resume=resume,
+                stop_requested=stop_requested,
             )
             break
         except RoleFailedError as failure:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -146,11 +146,16 @@ def run_training(
     *,
     checkpoints: CheckpointStore | None = None,
     resume: Checkpoint | None = None,
+    stop_requested: Callable[[], bool] | None = None,
 ) -> RunResult:
     """Set ``system`` up, train it for ``cfg.num_steps`` steps, evaluate, and always close it.
 
     With ``resume``, training starts after ``resume.step`` steps from that checkpoint's state;
     ``result.steps`` then holds only the steps this call trained.
+
+    ``stop_requested`` is asked after every step (a job told it is about to be preempted): when it
+    says yes, the runner saves a checkpoint at that step boundary (if it has a store and did not
+    just save one) and raises :class:`Preempted`, so a requeued job resumes exactly there.
 
     Errors from the system propagate after ``close``; ``on_run_end`` is then not called.
     """
@@ -219,10 +224,14 @@ def run_training(
                     result.evals.append(point)
                     _notify(callbacks, "on_eval", point)
                     system.on_phase_boundary(PhaseInfo(done, "eval", scores.logloss))
+                saved = False
                 if checkpoints is not None and cfg.checkpoint_due(done):
-                    checkpoint_start = time.perf_counter()
-                    checkpoints.save(done, system.full_state(), torch.get_rng_state())
-                    checkpoint_wall_s += time.perf_counter() - checkpoint_start
+                    checkpoint_wall_s += _save_checkpoint(checkpoints, done, system)
+                    saved = True
+                if stop_requested is not None and done < cfg.num_steps and stop_requested():
+                    if checkpoints is not None and not saved:
+                        _save_checkpoint(checkpoints, done, system)
+                    raise Preempted(done, checkpointed=checkpoints is not None)
         total_wall_s = time.perf_counter() - run_start
         result.stats = dict(system.stats())
         result.summary = summarize(result.steps, records, result.evals, cfg, source.batch_size)
@@ -243,6 +252,24 @@ def run_training(
         return result
     finally:
         system.close()
+
+
+class Preempted(Exception):
+    """Training stopped at a step boundary because the job was told to stop (SLURM preemption or
+    time limit); ``checkpointed``: a checkpoint of exactly ``steps_done`` steps was saved."""
+
+    def __init__(self, steps_done: int, checkpointed: bool) -> None:
+        saved = "checkpoint saved" if checkpointed else "no checkpoint store"
+        super().__init__(f"preempted after {steps_done} steps ({saved})")
+        self.steps_done = steps_done
+        self.checkpointed = checkpointed
+
+
+def _save_checkpoint(store: CheckpointStore, steps_done: int, system: System) -> float:
+    """Save the system's state, the step and the RNG state; the seconds it took."""
+    start = time.perf_counter()
+    store.save(steps_done, system.full_state(), torch.get_rng_state())
+    return time.perf_counter() - start
 
 
 def summarize(

@@ -56,6 +56,14 @@ class RunSchema:
     #: of ``local``'s compute) uses the same, or on a shared machine its OpenMP threads spin
     #: against other processes and its iteration time is not comparable.
     torch_threads: int = 1
+    #: Save a checkpoint every this many steps (0: never). The run then restarts from the newest
+    #: one after a role failure, and a requeued (preempted) job resumes from it.
+    checkpoint_every: int = 0
+    #: Where checkpoints go; null: ``<run dir>/checkpoints`` (the same directory when SLURM
+    #: requeues the job). A directory that already holds this run's checkpoints is resumed from.
+    checkpoint_dir: str | None = None
+    #: Role failures a run survives (restarting from the newest checkpoint) before it fails.
+    max_restarts: int = 3
 
 
 @dataclass

@@ -21,9 +21,10 @@ import os
 import shutil
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -31,10 +32,14 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from bagpipe.harness.mlperf import MllogRecorder, Submission, result_path
+from bagpipe.harness.preemption import DeferredSignal
 from bagpipe.harness.record import ARTIFACTS_DIR, RunRecord
 from bagpipe.harness.schema import register_configs
 from bagpipe.harness.tracking import default_tracking_uri, upload_record
 from bagpipe.harness.workspace import git_sha, slurm_job_id
+
+if TYPE_CHECKING:  # torch is imported inside the job, not when Hydra composes a sweep
+    from bagpipe.core.checkpoint import CheckpointStore
 
 SUITES_DIR = Path(os.environ.get("BAGPIPE_SUITES", Path(__file__).resolve().parents[2] / "suites"))
 
@@ -105,15 +110,27 @@ def _dataset_name(cfg: DictConfig) -> str:
     return str(HydraConfig.get().runtime.choices.get("dataset", "custom"))
 
 
-def execute(cfg: DictConfig, paths: RunPaths, tags: dict[str, str]) -> RunRecord:
-    """Run one configured training run and record it; return its record (also on failure)."""
+def execute(
+    cfg: DictConfig,
+    paths: RunPaths,
+    tags: dict[str, str],
+    stop_requested: Callable[[], bool] | None = None,
+) -> RunRecord:
+    """Run one configured training run and record it; return its record (also on failure).
+
+    With ``run.checkpoint_every`` the run goes through :func:`run_with_recovery`: checkpoints in
+    ``run.checkpoint_dir``, restarts after role failures, and a resume when that directory
+    already holds this run's checkpoints (a requeued SLURM job). ``stop_requested`` (a pending
+    preemption) ends the run at a step boundary with a checkpoint: :class:`Preempted` propagates
+    after the record is saved as ``KILLED``, so that the job can be requeued.
+    """
     import torch
     from hydra.utils import instantiate
 
     from bagpipe.core.link import LinkConfig
     from bagpipe.core.system import OptimConfig, TrainContext
     from bagpipe.data import DatasetConfig, make_dataset
-    from bagpipe.harness.runner import RunConfig, run_training
+    from bagpipe.harness.runner import Preempted, RunConfig, run_training
     from bagpipe.models import ModelConfig
 
     record_dir = paths.run_dir / "record"
@@ -153,6 +170,7 @@ def execute(cfg: DictConfig, paths: RunPaths, tags: dict[str, str]) -> RunRecord
         train_source = dataset.train(int(run.batch_size), int(run.steps))
         eval_source = dataset.eval(int(run.batch_size), int(run.eval_batches))
         system = instantiate(cfg.system, _convert_="all")
+        store = _checkpoint_store(cfg, paths, tags, type(system).supports_resume)
         ctx = TrainContext(
             schema=dataset.schema,
             model=model_cfg,
@@ -166,16 +184,30 @@ def execute(cfg: DictConfig, paths: RunPaths, tags: dict[str, str]) -> RunRecord
         mllog.set_samples(
             len(train_source) * int(run.batch_size), len(eval_source) * int(run.batch_size)
         )
-        result = run_training(
-            system, ctx, eval_source,
-            RunConfig(num_steps=int(run.steps), eval_every=int(run.eval_every),
-                      warmup_steps=int(run.warmup_steps), progress=bool(run.progress)),
-            callbacks=[mllog, steps],
-        )
+        run_cfg = RunConfig(num_steps=int(run.steps), eval_every=int(run.eval_every),
+                            warmup_steps=int(run.warmup_steps), progress=bool(run.progress),
+                            checkpoint_every=int(run.checkpoint_every))
+        if store is None:
+            result = run_training(system, ctx, eval_source, run_cfg, callbacks=[mllog, steps],
+                                  stop_requested=stop_requested)
+        else:
+            from bagpipe.harness.recovery import run_with_recovery
+
+            systems = iter([system])
+            result, _ = run_with_recovery(
+                lambda: next(systems, None) or instantiate(cfg.system, _convert_="all"),
+                ctx, eval_source, run_cfg, store, [mllog, steps],
+                max_restarts=int(run.max_restarts), stop_requested=stop_requested,
+            )
         record.summary = {**result.summary, "time_to_target_s": _or_nan(mllog.time_to_target_s),
                           "reached_target": float(mllog.status == "success")}
         record.evals = [dict(vars(point)) for point in result.evals]
         record.status = "FINISHED"
+    except Preempted as stop:
+        record.status = "KILLED"
+        record.error = f"{stop}; the requeued job resumes from {run.checkpoint_dir or 'its run dir'}"
+        print(f"[harness] run {record.run_name} {stop}")
+        raise
     except Exception as err:
         mllog.fail()
         record.status = "FAILED"
@@ -190,6 +222,34 @@ def execute(cfg: DictConfig, paths: RunPaths, tags: dict[str, str]) -> RunRecord
             shutil.copytree(hydra_dir, artifacts / "hydra", dirs_exist_ok=True)
         record.save(record_dir)
     return record
+
+
+def _checkpoint_store(
+    cfg: DictConfig, paths: RunPaths, tags: dict[str, str], supports_resume: bool
+) -> CheckpointStore | None:
+    """The run's checkpoint store (None: ``run.checkpoint_every`` is 0).
+
+    Its fingerprint is every resolved config value except how long and how verbosely to run, so
+    a directory holding another run's checkpoints is refused instead of resumed from.
+    """
+    from bagpipe.core.checkpoint import CheckpointStore
+
+    every = int(cfg.run.checkpoint_every)
+    if every < 0:
+        raise ValueError(f"run.checkpoint_every: must be >= 0, got {every}")
+    if every == 0:
+        return None
+    if not supports_resume:
+        raise ValueError(
+            f"run.checkpoint_every={every}: system {tags['system']!r} cannot resume from a "
+            f"checkpoint; use 0 for it"
+        )
+    root = Path(cfg.run.checkpoint_dir) if cfg.run.checkpoint_dir else paths.run_dir / "checkpoints"
+    ignored = ("run.steps", "run.progress", "run.checkpoint_every", "run.max_restarts",
+               "run.eval_every", "tracking.", "mllog.", "hydra.")
+    fingerprint = {key: value for key, value in _flat_params(cfg).items()
+                   if not key.startswith(ignored)}
+    return CheckpointStore(root, fingerprint=fingerprint)
 
 
 def _plain(node: DictConfig) -> dict[str, Any]:
@@ -248,7 +308,8 @@ def record_to_tracking(cfg: DictConfig, paths: RunPaths, record_dir: Path) -> No
 def main(cfg: DictConfig) -> float | None:
     """The Hydra task: one run. Returns its mean iteration time (None if it failed)."""
     paths = RunPaths.from_hydra(cfg)
-    record = execute(cfg, paths, _tags(cfg, paths))
+    with DeferredSignal() as preemption:  # SLURM's warning before preemption / the time limit
+        record = execute(cfg, paths, _tags(cfg, paths), preemption.requested)
     print_summary(record)
     record_to_tracking(cfg, paths, paths.run_dir / "record")
     if record.status != "FINISHED" and (paths.sweep_dir is None or cfg.fail_fast):
