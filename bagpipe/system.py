@@ -13,12 +13,20 @@ Knobs: ``num_trainers``, ``num_servers``, ``lookahead`` (L), ``cache_capacity`` 
 unbounded: rows leave only when their lease expires), ``cleanup_fraction`` (cleanup interval
 ``ci = max(1, int(cleanup_fraction * L))``).
 
+Ablations (bagpipe.md §4.5/§5.3 E7; all ``True`` = the paper's design, each keeps training exact):
+``sync_later`` (``False``: every row a step synchronises is all-reduced on its critical path),
+``prefetch`` (``False``: no background prefetch, a step's missing rows are fetched on its critical
+path), ``partition`` (``False``: no physical partitioning, singleton rows are shared rows, held by
+every trainer and all-reduced). See ``bagpipe.trainer``.
+
 Per-iteration record (``StepResult.record``): bytes/rows summed over trainers, phase times of
 trainer 0, cache hits/misses summed over trainers (a miss = the first read of a row since a prefetch
 installed it), counters ``rows_sync_now``/``rows_sync_later`` (rows of the global batch all-reduced on
 / off the critical path), ``rows_singleton`` (rows never all-reduced), ``rows_prefetched``,
 ``rows_written_back`` (summed over trainers), ``planning_s`` (oracle time spent planning since the
-previous step).
+previous step), ``rows_fetched_on_demand`` (``prefetch=False``), ``allreduce_bytes_critical`` /
+``allreduce_bytes_later`` (all-reduce payload on / off the critical path, summed over trainers) and
+``prefetch_s`` (background prefetch time, summed over trainers).
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ from bagpipe.oracle.config import OracleConfig
 from bagpipe.oracle.plan import RoundPlan, StepPlan
 from bagpipe.server import BagpipeServerShard
 from bagpipe.systems.start import SourceTail
-from bagpipe.trainer import BagpipeTrainer, TrainerConfig
+from bagpipe.trainer import BagpipeTrainer, Design, TrainerConfig
 
 Plan = StepPlan | RoundPlan
 
@@ -140,6 +148,9 @@ class Bagpipe(System):
         lookahead: int = 200,
         cache_capacity: int | None = None,
         cleanup_fraction: float = 0.25,
+        sync_later: bool = True,
+        prefetch: bool = True,
+        partition: bool = True,
     ) -> None:
         if num_trainers < 1 or num_servers < 1:
             raise ValueError(
@@ -149,6 +160,7 @@ class Bagpipe(System):
             raise ValueError(f"system.cleanup_fraction={cleanup_fraction} must be in (0, 0.5]")
         self.num_trainers = num_trainers
         self.num_servers = num_servers
+        self.design = Design(sync_later=sync_later, prefetch=prefetch, partition=partition)
         self.oracle_config = OracleConfig(
             num_trainers=num_trainers,
             lookahead=lookahead,
@@ -197,6 +209,7 @@ class Bagpipe(System):
                 cleanup_interval=self.oracle_config.ci,
                 cache_capacity=self.oracle_config.capacity,
                 dense_state=resume.dense if resume else None,
+                design=self.design,
             )
             self._trainers = [
                 cluster.remote(role, BagpipeTrainer, k, cfg, group, self._servers)
@@ -248,6 +261,7 @@ class Bagpipe(System):
             out.update(self._cluster.wait([self._oracle.rpc_async().stats()])[0])
         out["cleanup_interval"] = self.oracle_config.ci
         out["lookahead"] = self.oracle_config.lookahead
+        out.update({k: float(v) for k, v in asdict(self.design).items()})
         return out
 
     def close(self) -> None:

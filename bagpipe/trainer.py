@@ -18,6 +18,19 @@ Critical path of step ``n`` (``train_step``)::
 Background, one thread (``bagpipe-rounds``): round ``r`` starts when step ``(r-1)*ci`` starts and runs
 evict -> write back own share -> (server-side read-after-write barrier) -> prefetch -> install.
 
+**Ablations** (:class:`Design`; each one keeps training exact, only the cost moves). They re-read
+the oracle's plans; the oracle plans the same stream whatever the knobs say:
+
+* ``sync_later=False``: a step's ``sync_later`` rows join its ``sync_now`` all-reduce on the
+  critical path (no collective left to overlap the next step);
+* ``prefetch=False``: rounds only evict and write back; each step fetches the rows of its round's
+  prefetch list that it is the first to use, on the critical path (``FETCH_WAIT``) right before it
+  trains, after the round's read-after-write barrier like any fetch of that round;
+* ``partition=False``: pure logical replication: singleton rows become ``sync_later`` rows (held,
+  fetched and updated by every trainer, all-reduced); every trainer fetches every prefetched row.
+  The oracle still writes a former singleton back from its last user, which holds the final value
+  like every replica does.
+
 **Collectives and threads (gloo).** All collectives are issued by the training thread, in the same
 order on every trainer, on the one trainer group: ``sync_now`` blocking, ``sync_later`` as an async
 op whose handle is waited at the next step. gloo runs outstanding async ops of one group in issue
@@ -29,14 +42,15 @@ original put it.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
-from bagpipe.cache import TrainerCache
+from bagpipe.cache import CacheError, TrainerCache
 from bagpipe.core import collectives, runtime
 from bagpipe.core.batch import DatasetSchema
 from bagpipe.core.cluster import GroupSpec
@@ -47,6 +61,15 @@ from bagpipe.models import ModelConfig, build_dense_model, table_dim
 from bagpipe.oracle.plan import RoundPlan, StepPlan
 from bagpipe.server import ShardLayout
 from bagpipe.systems.common import forward_backward, sgd_dense_, unique_rows
+
+
+@dataclass(frozen=True)
+class Design:
+    """Which of the paper's ideas a trainer uses (module docstring, *Ablations*); all on = the paper."""
+
+    sync_later: bool = True
+    prefetch: bool = True
+    partition: bool = True
 
 
 @dataclass(frozen=True)
@@ -63,6 +86,7 @@ class TrainerConfig:
     cache_capacity: int | None
     #: The dense weights to start from when resuming from a checkpoint (else the seeded ones).
     dense_state: dict[str, torch.Tensor] | None = None
+    design: Design = Design()
 
 
 def scatter_rows(target_ids: torch.Tensor, ids: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -78,6 +102,32 @@ def scatter_rows(target_ids: torch.Tensor, ids: torch.Tensor, values: torch.Tens
     hit = target_ids[pos] == ids
     out[pos[hit]] = values[hit]
     return out
+
+
+def _merged(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The sorted union of two disjoint sorted id lists."""
+    return torch.sort(torch.cat([a, b])).values
+
+
+def reclassify(plan: StepPlan, design: Design) -> StepPlan:
+    """The oracle's step plan as an ablated trainer executes it (module docstring, *Ablations*).
+
+    ``partition=False`` turns singletons into shared rows that the next step does not use
+    (``sync_later``); ``sync_later=False`` then moves every ``sync_later`` row into ``sync_now``.
+    The union of the three lists, the batch's unique rows, never changes.
+    """
+    if not design.partition:
+        plan = replace(
+            plan,
+            sync_later=_merged(plan.sync_later, plan.singleton),
+            singleton=plan.singleton[:0],
+            singleton_owner=plan.singleton_owner[:0],
+        )
+    if not design.sync_later:
+        plan = replace(
+            plan, sync_now=_merged(plan.sync_now, plan.sync_later), sync_later=plan.sync_later[:0]
+        )
+    return plan
 
 
 class _Board:
@@ -136,6 +186,8 @@ class BagpipeTrainer:
         self._allowed = 0
         self._installed = -1
         self._round_busy = threading.Lock()  # held from evict to install of one round
+        # prefetch=False: per round, the rows of its prefetch list no step of it fetched yet
+        self._deferred: dict[int, torch.Tensor] = {}
         self._shard_pool = ThreadPoolExecutor(max_workers=len(servers), thread_name_prefix="shard")
         self._thread = runtime.start_thread(self._run_rounds, f"bagpipe-rounds-{index}")
 
@@ -152,38 +204,46 @@ class BagpipeTrainer:
     ) -> tuple[float, StepRecord]:
         """One iteration on this trainer's slice ``(dense [b, D], ids [b, F], labels [b])``."""
         meter = runtime.current().meter
-        ci = self.cfg.cleanup_interval
+        cfg = self.cfg
+        ci = cfg.cleanup_interval
         runtime.charge(LinkKind.DATA, dense, ids, labels)
         if step % ci == 0:
             with meter.phase(Phase.FETCH_WAIT):
                 self._wait_installed(step // ci)
             self._allow(step // ci + 1)  # round r+1's evictions and prefetch overlap round r
         with meter.phase(Phase.DATA):
-            plan = self.board.take_step(step)
+            planned = self.board.take_step(step)
+        if not cfg.design.prefetch:
+            with meter.phase(Phase.FETCH_WAIT):
+                self._fetch_on_demand(step, planned)
+        plan = reclassify(planned, cfg.design)
         with meter.phase(Phase.FORWARD):
             unique, inverse = unique_rows(ids + self.offsets)
             rows, hits, misses = self.cache.read_for_step(unique)
         meter.add_cache(hits, misses)
         grads = forward_backward(
-            self.model, dense, rows, inverse, labels, self.cfg.global_batch_size, meter
+            self.model, dense, rows, inverse, labels, cfg.global_batch_size, meter
         )
         with meter.phase(Phase.SYNC):
             now = scatter_rows(plan.sync_now, unique, grads.row_grads)
             dense_grads = [self._grad_of(p) for p in self.model.parameters()]
             collectives.allreduce([now, *dense_grads])
             later_ids, later_sum = self._finish_pending_later()
+        meter.count("allreduce_bytes_critical", float(runtime.nbytes(now, *dense_grads)))
         with meter.phase(Phase.OPTIMIZER):
             mine = plan.singleton[plan.singleton_owner == self.index]
             own = grads.row_grads[torch.searchsorted(unique, mine)]
             self.cache.apply_sgd(
                 torch.cat([plan.sync_now, mine, later_ids]),
                 torch.cat([now, own, later_sum]),
-                self.cfg.optim.embedding_lr,
+                cfg.optim.embedding_lr,
             )
-            sgd_dense_(self.model, self.cfg.optim.dense_lr)
+            sgd_dense_(self.model, cfg.optim.dense_lr)
             self.cache.mark_stale(plan.singleton[plan.singleton_owner != self.index])
-        later = scatter_rows(plan.sync_later, unique, grads.row_grads)
-        self._pending_later = (plan.sync_later, collectives.allreduce_async(later))
+        if cfg.design.sync_later:  # the same on every trainer, so the collectives stay in step
+            later = scatter_rows(plan.sync_later, unique, grads.row_grads)
+            self._pending_later = (plan.sync_later, collectives.allreduce_async(later))
+            meter.count("allreduce_bytes_later", float(runtime.nbytes(later)))
         if self.index == 0:  # global-batch counts: once, so the sum over trainers is the count
             meter.count("rows_sync_now", float(plan.sync_now.numel()))
             meter.count("rows_sync_later", float(plan.sync_later.numel()))
@@ -264,16 +324,44 @@ class BagpipeTrainer:
             range(len(self.servers)),
         ))
         meter.count("rows_written_back", float(mine.numel()))
-        fetch = plan.prefetch_for(self.index)
-        parts = self.layout.split(fetch)
-        fetched = torch.empty(fetch.numel(), self.cache.dim)
+        fetch = plan.prefetch_for(self.index) if self.cfg.design.partition else plan.prefetch
+        if not self.cfg.design.prefetch:  # the round's steps fetch these themselves (_fetch_on_demand)
+            self._deferred[plan.round_index] = fetch
+            return
+        started_s = time.perf_counter()
+        self._fetch_into_cache(plan.round_index, fetch)
+        meter.count("rows_prefetched", float(fetch.numel()))
+        meter.count("prefetch_s", time.perf_counter() - started_s)
+
+    def _fetch_on_demand(self, step: int, plan: StepPlan) -> None:
+        """``prefetch=False``: fetch the rows of the round's list that step ``step`` uses first.
+
+        Every row of a round's list is used by some step of the round, so the list is used up when
+        the next round starts; anything left is a plan the trainer did not follow.
+        """
+        round_index = step // self.cfg.cleanup_interval
+        leftover = self._deferred.pop(round_index - 1, None)
+        if leftover is not None and leftover.numel():
+            raise CacheError(
+                f"round {round_index - 1} left rows {leftover[:5].tolist()} unfetched "
+                f"(no step of the round used them)"
+            )
+        pending = self._deferred[round_index]
+        used = torch.isin(pending, torch.cat([plan.sync_now, plan.sync_later, plan.singleton]))
+        self._deferred[round_index] = pending[~used]
+        self._fetch_into_cache(round_index, pending[used])
+        runtime.current().meter.count("rows_fetched_on_demand", float(int(used.sum())))
+
+    def _fetch_into_cache(self, round_index: int, ids: torch.Tensor) -> None:
+        """Fetch ``ids`` from their shards (after round ``round_index``'s barrier) and install them."""
+        parts = self.layout.split(ids)
+        fetched = torch.empty(ids.numel(), self.cache.dim)
         shard_rows = self._shard_pool.map(
-            lambda s: self._fetch(s, plan.round_index, fetch[parts[s]]), range(len(self.servers))
+            lambda s: self._fetch(s, round_index, ids[parts[s]]), range(len(self.servers))
         )
         for pos, got in zip(parts, shard_rows, strict=True):
             fetched[pos] = got
-        self.cache.install(fetch, fetched)
-        meter.count("rows_prefetched", float(fetch.numel()))
+        self.cache.install(ids, fetched)
 
     def _write_back(self, shard: int, round_index: int, ids: torch.Tensor, rows: torch.Tensor) -> None:
         server = f"server_{shard}"

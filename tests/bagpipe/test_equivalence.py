@@ -1,7 +1,11 @@
 """THE key test: Bagpipe (T=2 trainers, S=2 server shards, oracle, LRPP caches) trains exactly like
-``local`` with plain SGD, past several lease expiries, evictions, write-backs and refetches."""
+``local`` with plain SGD, past several lease expiries, evictions, write-backs and refetches; so does
+each ablation of it (``sync_later``, ``prefetch``, ``partition`` off), whose Meter shows the cost it
+moves."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 import torch
@@ -36,14 +40,21 @@ def test_registered_under_its_name() -> None:
     assert load_system("bagpipe") is Bagpipe
 
 
-@pytest.mark.parametrize(
-    ("model_name", "capacity"), [("dlrm", None), ("wdl", None), ("dlrm", TIGHT_CAPACITY)]
-)
-def test_bagpipe_matches_local(model_name: str, capacity: int | None) -> None:
+def _total(stats: dict[str, Any], key: str) -> float:
+    """A run's total of a Meter key (0 when no step counted it)."""
+    return float(stats.get(f"total_{key}", 0.0))
+
+
+def _bagpipe_vs_local(
+    model_name: str, capacity: int | None = None, **design: bool
+) -> dict[str, Any]:
+    """Train ``local`` and Bagpipe on the same stream, assert the same model, return Bagpipe's stats."""
     ctx = _context(model_name)
     local_losses, local = _train(LocalSystem(), ctx)
     want = local.full_state()
-    bagpipe = Bagpipe(num_trainers=2, num_servers=2, lookahead=LOOKAHEAD, cache_capacity=capacity)
+    bagpipe = Bagpipe(
+        num_trainers=2, num_servers=2, lookahead=LOOKAHEAD, cache_capacity=capacity, **design
+    )
     try:
         losses, _ = _train(bagpipe, _context(model_name))
         got = bagpipe.full_state()
@@ -57,8 +68,57 @@ def test_bagpipe_matches_local(model_name: str, capacity: int | None) -> None:
         torch.testing.assert_close(got.dense[key], want.dense[key], rtol=1e-5, atol=1e-6)
     # The run really exercised the cache: rows were written back and fetched again.
     assert stats["total_rows_written_back"] > 0
-    assert stats["total_rows_prefetched"] > stats["total_rows_written_back"] / 2
-    assert stats["total_rows_singleton"] > 0
+    fetched = _total(stats, "rows_prefetched") + _total(stats, "rows_fetched_on_demand")
+    assert fetched > stats["total_rows_written_back"] / 2
     assert 0.0 < stats["total_hit_rate"] < 1.0
+    return stats
+
+
+@pytest.fixture(scope="module")
+def full_design_stats() -> dict[str, Any]:
+    """The paper's design on DLRM, unbounded cache: the baseline every ablation is compared with."""
+    return _bagpipe_vs_local("dlrm")
+
+
+def test_bagpipe_matches_local(full_design_stats: dict[str, Any]) -> None:
+    stats = full_design_stats
+    assert stats["total_rows_singleton"] > 0
+    assert stats["total_allreduce_bytes_later"] > 0
+    assert _total(stats, "rows_fetched_on_demand") == 0.0
+
+
+@pytest.mark.parametrize(("model_name", "capacity"), [("wdl", None), ("dlrm", TIGHT_CAPACITY)])
+def test_bagpipe_matches_local_other_model_and_tight_cache(
+    model_name: str, capacity: int | None
+) -> None:
+    stats = _bagpipe_vs_local(model_name, capacity)
+    assert stats["total_rows_singleton"] > 0
     if capacity is not None:  # the window did not fit: Belady's rule chose what to keep
         assert stats["oracle_capacity_evictions"] > 0
+
+
+@pytest.mark.parametrize("knob", ["sync_later", "prefetch", "partition"])
+def test_ablation_matches_local_and_moves_its_cost(
+    knob: str, full_design_stats: dict[str, Any]
+) -> None:
+    """Each ablation trains the same model; its Meter shows where the cost went (same stream)."""
+    full = full_design_stats
+    stats = _bagpipe_vs_local("dlrm", **{knob: False})
+    assert stats[knob] == 0.0
+    rows = full["total_rows_sync_now"] + full["total_rows_sync_later"]
+    if knob == "sync_later":  # the later rows join the critical all-reduce; nothing overlaps
+        assert _total(stats, "allreduce_bytes_later") == 0.0
+        assert _total(stats, "rows_sync_later") == 0.0
+        assert _total(stats, "rows_sync_now") == rows
+        assert _total(stats, "allreduce_bytes_critical") > _total(full, "allreduce_bytes_critical")
+        assert _total(stats, "bytes_allreduce") == _total(full, "bytes_allreduce")
+    elif knob == "prefetch":  # the same rows come from the servers, but on the critical path
+        assert _total(stats, "rows_prefetched") == 0.0 and _total(stats, "prefetch_s") == 0.0
+        assert _total(stats, "rows_fetched_on_demand") == _total(full, "rows_prefetched")
+        assert _total(stats, "bytes_emb_pull") == _total(full, "bytes_emb_pull")
+        assert _total(stats, "time_fetch_wait_s") > 0.0
+    else:  # singletons are all-reduced, and fetched by every trainer
+        assert _total(stats, "rows_singleton") == 0.0
+        assert _total(stats, "rows_sync_now") + _total(stats, "rows_sync_later") > rows
+        assert _total(stats, "bytes_allreduce") > _total(full, "bytes_allreduce")
+        assert _total(stats, "rows_prefetched") > _total(full, "rows_prefetched")

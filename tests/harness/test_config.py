@@ -101,3 +101,22 @@ def test_smoke_suite_jobs_are_valid_and_fig7_covers_every_system_and_model():
     for value in {o for job in jobs for o in job if o.startswith(("system=", "model="))}:
         cfg = compose("config", overrides=["suite=fig7", value])
         OmegaConf.to_container(cfg, resolve=True)
+
+
+def test_ablation_suite_runs_the_full_design_and_each_single_ablation():
+    from bagpipe.harness.sweep import validate_sweep
+
+    ablation = compose("config", overrides=["suite=ablation"], return_hydra_config=True)
+    jobs = validate_sweep(ablation)
+    designs = set()
+    for job in jobs:
+        cfg = compose("config", overrides=["suite=ablation", *job])
+        assert cfg.system._target_ == "bagpipe.system.Bagpipe"
+        assert cfg.system.lookahead == 20  # the variants extend bagpipe.yaml
+        designs.add((cfg.system.sync_later, cfg.system.prefetch, cfg.system.partition))
+    assert len(jobs) == 4
+    assert designs == {
+        (True, True, True), (False, True, True), (True, False, True), (True, True, False)
+    }
+    with pytest.raises(ConfigCompositionException, match=r"system\.prefetch"):
+        compose("config", overrides=["system=bagpipe", "system.prefetch=sometimes"])
