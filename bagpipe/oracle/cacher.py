@@ -336,10 +336,21 @@ class OracleCacher:
         )
 
     def _furthest(self, rows: np.ndarray, next_use: np.ndarray, count: int) -> np.ndarray:
-        """Positions of the ``count`` rows Belady's rule evicts: furthest next use, then larger id."""
-        ids = self._rowmap.ids.take(rows)
-        key = (next_use.astype(np.int64) << 32) | ids
-        return np.argpartition(-key, count - 1)[:count]
+        """Positions of the ``count`` rows Belady's rule evicts: furthest next use, then larger id.
+
+        Two linear selections instead of one over ``next_use << 32 | id``, which ids ``>= 2**32``
+        would corrupt: every row beyond the ``count``-th largest next use goes, and the rows tied
+        at it give their largest ids for the remaining places.
+        """
+        if count >= next_use.size:
+            return np.arange(next_use.size)
+        threshold = np.partition(next_use, next_use.size - count)[next_use.size - count]
+        beyond = np.flatnonzero(next_use > threshold)
+        tied = np.flatnonzero(next_use == threshold)
+        ids = self._rowmap.ids.take(rows[tied])
+        remaining = count - beyond.size  # >= 1: fewer than count rows lie beyond the threshold
+        largest = np.argpartition(ids, ids.size - remaining)[ids.size - remaining :]
+        return np.concatenate([beyond, tied[largest]])
 
     def _evict(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Drop ``rows`` from the resident set; their sorted ids and write-back owners."""

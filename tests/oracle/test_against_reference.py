@@ -114,3 +114,19 @@ def test_one_stream_per_planner() -> None:
     list(cacher.plan(skewed_stream(0, 5)))
     with pytest.raises(RuntimeError):
         list(cacher.plan(skewed_stream(0, 5)))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_belady_choice_with_ids_beyond_32_bits(seed: int) -> None:
+    # Belady's rule orders candidates by (next use, id); ids >= 2**32 must not leak into the next
+    # use (the same stream shifted by 2**33 must plan exactly as the reference does)
+    shifted = skewed_stream(seed, num_steps=40, batch_size=8, table_sizes=(300, 50, 500))
+    stream = [m + (1 << 33) for m in shifted]
+    tight = min_capacity(stream, OracleConfig(1, 16, 4))
+    for capacity in (tight, tight + 3):
+        config = OracleConfig(1, 16, 4, capacity)
+        expected, expected_stats = plan_reference(stream, config)
+        got, got_stats = plan_fast(stream, config)
+        assert got_stats.capacity_evictions > 0
+        assert all(_same(a, b) for a, b in zip(got, expected, strict=True))
+        assert got_stats.counts() == expected_stats.counts()
