@@ -18,16 +18,15 @@ carries exactly the tensors a plain push does: the step and rank are RPC argumen
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import torch
 from torch.futures import Future
 
 from bagpipe.core import runtime
-from bagpipe.core.batch import DatasetSchema
 from bagpipe.core.embedding_server import EmbeddingServer, ShardedTables
 from bagpipe.core.meter import LinkKind
 from bagpipe.core.roleref import RoleRef
-from bagpipe.core.system import ModelState
 
 __all__ = ["StepOrderedServer", "StepOrderedTables"]
 
@@ -35,16 +34,9 @@ __all__ = ["StepOrderedServer", "StepOrderedTables"]
 class StepOrderedServer(EmbeddingServer):
     """An :class:`EmbeddingServer` whose SGD updates are per-step sums in trainer-rank order."""
 
-    def __init__(
-        self,
-        shard: int,
-        num_shards: int,
-        schema: DatasetSchema,
-        table_dim: int,
-        seed: int,
-        resume: ModelState | None = None,
-    ) -> None:
-        super().__init__(shard, num_shards, schema, table_dim, seed, resume)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Arguments as :class:`EmbeddingServer`'s (shard, num_shards, schema, dim, seed, resume)."""
+        super().__init__(*args, **kwargs)
         # step -> rank -> (local rows, gradients, lr); guarded by ``_pending_lock``.
         self._pending: dict[int, dict[int, tuple[torch.Tensor, torch.Tensor, float]]] = {}
         self._pending_lock = threading.Lock()

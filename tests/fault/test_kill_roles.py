@@ -72,74 +72,32 @@ def _maker(factory: Callable[[], System]) -> tuple[Callable[[], System], list[Sy
     return make, systems
 
 
-def _bagpipe() -> System:
-    return Bagpipe(num_trainers=2, num_servers=2, lookahead=8)
+def _kill_and_recover(
+    factory: Callable[[], System], kills: dict[int, str], tmp_path: Path
+) -> list[tuple[str, int]]:
+    """Train uninterrupted, then again with ``kills`` under ``run_with_recovery``.
 
-
-@pytest.mark.slow  # four clusters of five role processes start (~30 s on two idle cores)
-def test_bagpipe_recovers_bit_identical_from_trainer_and_server_kills(tmp_path: Path) -> None:
-    make, systems = _maker(_bagpipe)
+    Asserts what every such run must show (each kill noticed as a death, every step reported,
+    no role process left, the final models equal bit for bit); returns the restarts'
+    ``(role, resumed step)``.
+    """
+    make, systems = _maker(factory)
     reference = Digest(systems)
     run_training(make(), _context(), _eval_source(), CFG, [reference])
 
-    make, systems = _maker(_bagpipe)
-    digest = Digest(systems)
-    kills = KillRoles({7: "trainer_1", 11: "server_0"})
+    make, systems = _maker(factory)
+    digest, killer = Digest(systems), KillRoles(kills)
     result, restarts = run_with_recovery(
-        make, _context(), _eval_source(), CFG, CheckpointStore(tmp_path), [kills, digest]
+        make, _context(), _eval_source(), CFG, CheckpointStore(tmp_path), [killer, digest]
     )
-    assert [role for role, _ in kills.killed] == ["trainer_1", "server_0"]
-    assert [(r.role, r.resumed_step) for r in restarts] == [("trainer_1", 5), ("server_0", 10)]
+    assert [role for role, _ in killer.killed] == list(kills.values())
     assert all("died" in r.reason for r in restarts)
-    assert digest.value == reference.value
     assert [int(m["step"]) for m in result.steps] == list(range(STEPS))
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("bagpipe-")]
-
-
-@pytest.mark.slow
-def test_sync_ps_recovers_bit_identical_from_a_server_kill(tmp_path: Path) -> None:
-    """Bit for bit: the shards sum each step's pushes in trainer order, not in arrival order."""
-    from baselines.sync_ps import SyncPS
-
-    def factory() -> System:
-        return SyncPS(num_trainers=2, num_servers=2)
-
-    make, systems = _maker(factory)
-    reference = Digest(systems)
-    run_training(make(), _context(), _eval_source(), CFG, [reference])
-    make, systems = _maker(factory)
-    digest, kills = Digest(systems), KillRoles({6: "server_1"})
-    _, restarts = run_with_recovery(
-        make, _context(), _eval_source(), CFG, CheckpointStore(tmp_path), [kills, digest]
-    )
-    assert [(r.role, r.resumed_step) for r in restarts] == [("server_1", 5)]
     assert digest.state is not None and reference.state is not None
     _assert_equal_states(digest.state, reference.state)
     assert digest.value == reference.value
-
-
-def test_torchrec_recovers_bit_identical_from_a_trainer_kill(tmp_path: Path) -> None:
-    """A killed TorchRec rank takes its shards with it: the job restarts from the checkpoint."""
-    from baselines.torchrec_sharding import TorchRecSharding
-
-    def factory() -> System:
-        return TorchRecSharding(num_trainers=2, sharding="row_wise", kernel="fused")
-
-    make, systems = _maker(factory)
-    reference = Digest(systems)
-    run_training(make(), _context(), _eval_source(), CFG, [reference])
-    make, systems = _maker(factory)
-    digest, kills = Digest(systems), KillRoles({7: "trainer_1"})
-    result, restarts = run_with_recovery(
-        make, _context(), _eval_source(), CFG, CheckpointStore(tmp_path), [kills, digest]
-    )
-    assert [(r.role, r.resumed_step) for r in restarts] == [("trainer_1", 5)]
-    assert all("died" in r.reason for r in restarts)
-    assert digest.state is not None and reference.state is not None
-    _assert_equal_states(digest.state, reference.state)
-    assert digest.value == reference.value
-    assert [int(m["step"]) for m in result.steps] == list(range(STEPS))
-    assert not [p for p in multiprocessing.active_children() if p.name.startswith("bagpipe-")]
+    return [(r.role, r.resumed_step) for r in restarts]
 
 
 def _assert_equal_states(got: ModelState, want: ModelState) -> None:
@@ -150,3 +108,33 @@ def _assert_equal_states(got: ModelState, want: ModelState) -> None:
     assert got.dense.keys() == want.dense.keys()
     for key, tensor in want.dense.items():
         assert torch.equal(got.dense[key], tensor), key
+
+
+@pytest.mark.slow  # four clusters of five role processes start (~30 s on two idle cores)
+def test_bagpipe_recovers_bit_identical_from_trainer_and_server_kills(tmp_path: Path) -> None:
+    def factory() -> System:
+        return Bagpipe(num_trainers=2, num_servers=2, lookahead=8)
+
+    restarts = _kill_and_recover(factory, {7: "trainer_1", 11: "server_0"}, tmp_path)
+    assert restarts == [("trainer_1", 5), ("server_0", 10)]
+
+
+@pytest.mark.slow
+def test_sync_ps_recovers_bit_identical_from_a_server_kill(tmp_path: Path) -> None:
+    """Bit for bit: the shards sum each step's pushes in trainer order, not in arrival order."""
+    from baselines.sync_ps import SyncPS
+
+    def factory() -> System:
+        return SyncPS(num_trainers=2, num_servers=2)
+
+    assert _kill_and_recover(factory, {6: "server_1"}, tmp_path) == [("server_1", 5)]
+
+
+def test_torchrec_recovers_bit_identical_from_a_trainer_kill(tmp_path: Path) -> None:
+    """A killed TorchRec rank takes its shards with it: the job restarts from the checkpoint."""
+    from baselines.torchrec_sharding import TorchRecSharding
+
+    def factory() -> System:
+        return TorchRecSharding(num_trainers=2, sharding="row_wise", kernel="fused")
+
+    assert _kill_and_recover(factory, {7: "trainer_1"}, tmp_path) == [("trainer_1", 5)]
