@@ -130,6 +130,7 @@ FIGURE_SUITES = {
     "skew": (),
     "breakdown": ("breakdown",),
     "convergence": ("convergence", "convergence_het"),
+    "costmodel": ("costmodel",),
 }
 
 

@@ -9,6 +9,8 @@ Suites (bagpipe.md §5.3):
   ``multirun/breakdown`` sweep (``python -m bagpipe.harness.train suite=breakdown``).
 * ``convergence`` (E13): AUC against steps and against wall time per system, from the latest
   ``multirun/convergence`` sweep.
+* ``costmodel``: every system's exact bytes at the paper's setting priced on a described cluster
+  (:mod:`bagpipe.harness.projection`), from the latest ``multirun/costmodel`` sweep.
 
 Each writes ``results/<suite>/*.csv`` and ``reports/<suite>.{png,md}`` stating machine and commit.
 """
@@ -213,7 +215,14 @@ def _write_report(args: argparse.Namespace, suite: str, title: str, figure: Path
     print(f"wrote {figure}, {path}, results/{suite}/")
 
 
-SUITES = {"skew": skew, "breakdown": breakdown, "convergence": convergence}
+def costmodel(args: argparse.Namespace) -> None:
+    from bagpipe.harness.projection import report
+
+    report(args, _write_report, _save_figure, _pyplot)
+
+
+SUITES = {"skew": skew, "breakdown": breakdown, "convergence": convergence,
+          "costmodel": costmodel}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=65536, help="skew: examples per dataset")
     parser.add_argument("--file", action="append", default=[], metavar="KIND:PATH[:PRESET]",
                         help="skew: also a real file (kind criteo_tsv, avazu_csv, jsonl)")
+    parser.add_argument("--cluster", action="append", type=Path, metavar="YAML",
+                        help="costmodel: a cluster file to project onto (repeatable; default: "
+                             "suites/costmodel/paper.yaml and g5.yaml)")
     parser.add_argument("--sweep-dir", type=Path)
     parser.add_argument("--multirun-root", type=Path, default=Path("multirun"))
     parser.add_argument("--results-dir", type=Path, default=Path("results"))
