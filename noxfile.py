@@ -131,6 +131,12 @@ FIGURE_SUITES = {
     "breakdown": ("breakdown",),
     "convergence": ("convergence", "convergence_het"),
     "costmodel": ("costmodel",),
+    "lookahead": ("lookahead",),
+    "capacity": ("capacity",),
+    "cleanup": ("cleanup",),
+    "skew_sensitivity": ("skew_sensitivity",),
+    "scaling": ("scaling",),
+    "ablation": ("ablation",),
 }
 
 

@@ -9,6 +9,8 @@ Suites (bagpipe.md §5.3):
   ``multirun/breakdown`` sweep (``python -m bagpipe.harness.train suite=breakdown``).
 * ``convergence`` (E13): AUC against steps and against wall time per system, from the latest
   ``multirun/convergence`` sweep.
+* ``lookahead``, ``capacity``, ``cleanup``, ``skew_sensitivity``, ``scaling``, ``ablation``: one
+  swept knob each (:mod:`bagpipe.harness.sensitivity`).
 * ``costmodel``: every system's exact bytes at the paper's setting priced on a described cluster
   (:mod:`bagpipe.harness.projection`), from the latest ``multirun/costmodel`` sweep.
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -221,8 +223,19 @@ def costmodel(args: argparse.Namespace) -> None:
     report(args, _write_report, _save_figure, _pyplot)
 
 
+def _sensitivity(suite: str) -> Callable[[argparse.Namespace], None]:
+    def draw(args: argparse.Namespace) -> None:
+        from bagpipe.harness.sensitivity import figure
+
+        figure(args, suite, _write_report, _save_figure, _pyplot)
+
+    return draw
+
+
 SUITES = {"skew": skew, "breakdown": breakdown, "convergence": convergence,
-          "costmodel": costmodel}
+          "costmodel": costmodel,
+          **{name: _sensitivity(name) for name in ("lookahead", "capacity", "cleanup",
+                                                   "skew_sensitivity", "scaling", "ablation")}}
 
 
 def main(argv: list[str] | None = None) -> int:
