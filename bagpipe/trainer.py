@@ -22,10 +22,13 @@ evict -> write back own share -> (server-side read-after-write barrier) -> prefe
 the oracle's plans; the oracle plans the same stream whatever the knobs say:
 
 * ``sync_later=False``: a step's ``sync_later`` rows join its ``sync_now`` all-reduce on the
-  critical path (no collective left to overlap the next step);
+  critical path (no collective left to overlap the next step); their update lands one step earlier,
+  which no read sees, since step ``n+1`` does not use them;
 * ``prefetch=False``: rounds only evict and write back; each step fetches the rows of its round's
   prefetch list that it is the first to use, on the critical path (``FETCH_WAIT``) right before it
-  trains, after the round's read-after-write barrier like any fetch of that round;
+  trains, after the round's read-after-write barrier like any fetch of that round. A later fetch
+  reads the same value as the prefetch would have: no trainer holds a row of the list, and round
+  ``r+1``'s evictions (running meanwhile) only take rows last used before step ``r*ci - 1``;
 * ``partition=False``: pure logical replication: singleton rows become ``sync_later`` rows (held,
   fetched and updated by every trainer, all-reduced); every trainer fetches every prefetched row.
   The oracle still writes a former singleton back from its last user, which holds the final value
