@@ -46,10 +46,11 @@ from bagpipe.oracle.plan import CapacityError, RoundPlan, StepPlan
 from bagpipe.oracle.ring import NEVER, UseRing
 from bagpipe.oracle.rowmap import RowMap
 from bagpipe.oracle.stats import OracleStats
-from bagpipe.oracle.uniques import batch_segments
+from bagpipe.oracle.uniques import BatchUniques, batch_uniques
 
 BatchLike: TypeAlias = Batch | torch.Tensor | np.ndarray
 DIRECT_ROWS_MAX = 1 << 17  # tables up to this many rows map ids through a direct int32 array
+HASH_SLOTS = 1 << 20  # 16 MB: the hash grows only at rows seen >= 2**19
 MAX_TRAINERS = np.iinfo(np.int16).max  # owners are int16 in the window, 16-bit fields when sorted
 _POSITION_BITS = 32  # a row's latest use, packed: step << 32 | position in that step
 
@@ -99,13 +100,14 @@ class OracleCacher:
         self.schema = schema
         self.stats = OracleStats()
         self._table_ranges: list[tuple[int, int]] = []  # (first id, rows) per column
-        self._direct_table: dict[int, int] = {}  # column -> RowMap direct table
         if schema is not None:
             offsets = schema.table_offsets.tolist()
             self._table_ranges = list(zip(offsets, schema.table_sizes, strict=True))
-            small = [f for f, (_, rows) in enumerate(self._table_ranges) if rows <= direct_rows_max]
-            self._direct_table = {f: k for k, f in enumerate(small)}
-        self._rowmap = RowMap([self._table_ranges[f] for f in self._direct_table])
+        self._table_first = np.array([first for first, _ in self._table_ranges], dtype=np.int64)
+        self._table_last = self._table_first + [rows - 1 for _, rows in self._table_ranges]
+        self._rowmap = RowMap(
+            self._table_ranges, direct_rows_max=direct_rows_max, initial_slots=HASH_SLOTS
+        )
         self._owner_dtype = np.int8 if num_trainers <= np.iinfo(np.int8).max else np.int16
         self._row_slots = 0
         self._last_use = np.empty(0, dtype=np.int64)  # latest ingested use: step << 32 | position
@@ -143,46 +145,23 @@ class OracleCacher:
         self._res_next = _grown(self._res_next, size, NEVER)
         self._row_slots = size
 
-    def _unique_rows(self, matrix: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray]:
-        """Dense rows of the batch's unique ids (ascending id) and each id's once-example or -1."""
-        segments = batch_segments(matrix)
-        rows = np.empty(sum(s.ids.size for s in segments), dtype=np.int32)
-        hashed: list[tuple[int, np.ndarray]] = []
-        start = 0
-        for segment in segments:
-            stop = start + segment.ids.size
-            if self._table_ranges and segment.ids.size:
-                self._check_range(segment.column, segment.ids, step)
-            table = self._direct_table.get(segment.column)
-            if table is None:
-                hashed.append((start, segment.ids))
-            else:
-                first_id = self._table_ranges[segment.column][0]
-                rows[start:stop] = self._rowmap.index_direct(table, segment.ids - first_id)
-            start = stop
-        if len(hashed) == 1:
-            start, ids = hashed[0]
-            rows[start : start + ids.size] = self._rowmap.index(ids)
-        elif hashed:
-            where = np.concatenate([np.arange(s, s + ids.size) for s, ids in hashed])
-            rows[where] = self._rowmap.index(np.concatenate([ids for _, ids in hashed]))
-        once = segments[0].once_example
-        if len(segments) > 1:
-            once = np.concatenate([s.once_example for s in segments])
-        return rows, once
-
-    def _check_range(self, column: int, ids: np.ndarray, step: int) -> None:
+    def _check_ranges(self, uniques: BatchUniques, step: int) -> None:
         """Reject ids outside their column's table (they would corrupt the direct maps)."""
-        if column < 0:  # columns overlap, so at least one of them leaves its table
+        if uniques.columns[0] < 0:  # columns overlap, so at least one of them leaves its table
             raise ValueError(
                 f"batch {step}: ids outside their tables' ranges {self._table_ranges} "
                 f"(schema {self.schema.name if self.schema else ''!r}; columns overlap)"
             )
-        first_id, table_rows = self._table_ranges[column]
-        if ids[0] < first_id or ids[-1] >= first_id + table_rows:
+        columns = np.asarray(uniques.columns)
+        lowest = uniques.ids[uniques.bounds[:-1]]
+        highest = uniques.ids[uniques.bounds[1:] - 1]
+        bad = (lowest < self._table_first[columns]) | (highest > self._table_last[columns])
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            column = int(columns[k])
             raise ValueError(
-                f"batch {step}: column {column} has global ids {ids[0]}..{ids[-1]} outside its "
-                f"table's range {first_id}..{first_id + table_rows - 1}"
+                f"batch {step}: column {column} has global ids {lowest[k]}..{highest[k]} outside "
+                f"its table's range {self._table_first[column]}..{self._table_last[column]}"
             )
 
     def ingest(self, batch: BatchLike) -> None:
@@ -201,11 +180,11 @@ class OracleCacher:
             raise ValueError(
                 f"batch {step}: {num_features} columns for a schema of {len(self._table_ranges)} tables"
             )
-        rows, once_example = self._unique_rows(matrix, step)
-        per_trainer = batch_size // self.config.num_trainers
-        once_owner = np.where(once_example >= 0, once_example // per_trainer, -1).astype(
-            self._owner_dtype
-        )
+        uniques = batch_uniques(matrix, self.config.num_trainers, self._owner_dtype)
+        if self._table_ranges and uniques.ids.size:
+            self._check_ranges(uniques, step)
+        rows = self._rowmap.index(uniques.ids, uniques.columns, uniques.bounds)
+        once_owner = uniques.once_owner
         self._ensure_rows(self._rowmap.size)
         previous = self._last_use.take(rows)
         previous_step = previous >> _POSITION_BITS

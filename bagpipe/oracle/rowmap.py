@@ -2,44 +2,63 @@
 
 Why: the original oracle kept two int64 arrays over *every* row of every table (14 GB at Terabyte
 scale). Mapping the rows actually seen to dense indices lets per-row state live in arrays that grow
-with the rows seen. Two ways to map, both vectorised over a batch of keys:
+with the rows seen. Two ways to map, both vectorised over a batch of ids:
 
-* a *direct* table (an int32 array over the table's rows) for a small table: one gather, no
-  hashing; its size is bounded by the caller's size limit, not by the rows seen;
+* a *direct* array (int32 over the table's rows): one gather, no hashing. A table is mapped
+  directly if it is small (a fixed bound) or once the rows seen in it reach
+  ``DIRECT_MIN_SEEN_FRACTION`` of its rows: from then on the array costs at most 128 B per row
+  seen, about what the hash and the per-row state cost for those rows anyway, so memory stays
+  proportional to the rows seen while the common case becomes one gather;
 * an open-addressing hash (linear probing, Fibonacci hashing, load <= 1/2) for every other id:
-  each numpy pass over the pending keys settles most of them, so ``n`` keys cost a few O(n)
-  passes. Keys and values are one ``[slots, 2]`` int64 array, so a probe touches one cache line.
+  a lookup pass settles the known ids, one call numbers the new ones, an insert pass places them;
+  each numpy pass settles most of the pending keys, so ``n`` keys cost a few O(n) passes. Keys
+  and values are one ``[slots, 2]`` int64 array, so a probe touches one cache line.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 import numpy as np
 
 _EMPTY = -1
 _MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
 MAX_ROWS = np.iinfo(np.int32).max  # dense indices are int32
+DIRECT_MIN_SEEN_FRACTION = 1 / 32
 
 
 class RowMap:
-    """``index(keys)`` / ``index_direct(table, local)``: dense int32 indices, new keys get the next.
+    """``index(ids, columns, bounds)``: dense int32 indices; a new id gets the next free one.
 
     Args:
-        direct_ranges: ``(first_id, num_rows)`` of each table mapped directly (ids
-            ``first_id .. first_id + num_rows - 1``); callers pass those tables' ids only to
-            ``index_direct`` and every other id only to ``index``.
+        tables: ``(first_id, num_rows)`` of each column's table (ids ``first_id .. first_id +
+            num_rows - 1``); empty if the ids' tables are unknown (then every id is hashed).
+        direct_rows_max: tables of at most this many rows are mapped directly from the start.
         initial_slots: starting hash size (it doubles as needed).
     """
 
     def __init__(
-        self, direct_ranges: Sequence[tuple[int, int]] = (), initial_slots: int = 1 << 16
+        self,
+        tables: Sequence[tuple[int, int]] = (),
+        *,
+        direct_rows_max: int = 0,
+        initial_slots: int = 1 << 16,
     ) -> None:
-        self._direct_first = [first for first, _ in direct_ranges]
-        self._direct = [np.full(rows, _EMPTY, dtype=np.int32) for _, rows in direct_ranges]
-        self._bits = max(4, (initial_slots - 1).bit_length())
+        self._tables = list(tables)
+        # the direct tables' arrays, end to end in one int32 pool (grown geometrically), so one
+        # gather maps every directly mapped id of a batch; ``_pool_delta[column]`` turns a global
+        # id of that column into its pool position
+        self._pool = np.empty(0, dtype=np.int32)
+        self._pool_used = 0
+        self._pool_delta: dict[int, int] = {}
+        self._seen = [0] * len(self._tables)  # rows seen per hashed table
+        self._add_direct([c for c, (_, rows) in enumerate(self._tables) if rows <= direct_rows_max])
+        self._initial_bits = max(4, (initial_slots - 1).bit_length())
+        self._bits = self._initial_bits
         self._table = np.full((1 << self._bits, 2), _EMPTY, dtype=np.int64)  # [key, value]
-        self._hashed = 0
+        self._hashed = 0  # keys in the hash, dead ones included
+        self._dead_ranges: list[tuple[int, int]] = []  # id ranges of tables gone direct
         self._ids = np.empty(1024, dtype=np.int64)
         self.size = 0
 
@@ -50,26 +69,98 @@ class RowMap:
 
     @property
     def nbytes(self) -> int:
-        return self._table.nbytes + self._ids.nbytes + sum(d.nbytes for d in self._direct)
+        return self._table.nbytes + self._ids.nbytes + self._pool.nbytes
 
-    def index_direct(self, table: int, local: np.ndarray) -> np.ndarray:
-        """Dense indices of the unique rows ``local`` of direct table ``table``."""
-        direct = self._direct[table]
-        rows = direct[local]
-        new = rows < 0
-        if new.any():
-            fresh = self._assign(local[new] + self._direct_first[table])
-            rows[new] = fresh
-            direct[local[new]] = fresh
+    def is_direct(self, column: int) -> bool:
+        return column in self._pool_delta
+
+    def index(self, ids: np.ndarray, columns: Sequence[int], bounds: np.ndarray) -> np.ndarray:
+        """Dense indices of ``ids`` (unique, non-negative), given as per-column segments.
+
+        ``ids[bounds[k]:bounds[k+1]]`` belong to column ``columns[k]`` (``-1``: unknown tables).
+        New ids get the next indices (direct tables' first, then hashed ones, in segment order).
+        """
+        rows = np.empty(ids.size, dtype=np.int32)
+        edges = bounds.tolist()
+        segments = [(c, edges[k], edges[k + 1]) for k, c in enumerate(columns)]
+        direct = [seg for seg in segments if seg[0] in self._pool_delta]
+        hashed = [seg for seg in segments if seg[0] not in self._pool_delta]
+        if direct:
+            where = _positions(direct)
+            deltas = [self._pool_delta[column] for column, _, _ in direct]
+            sizes = [stop - start for _, start, stop in direct]
+            rows[where] = self._index_direct(ids[where], np.repeat(deltas, sizes))
+        if hashed:
+            where = _positions(hashed)
+            rows[where], new = self._index_hashed(ids[where])
+            self._count_new(hashed, new)
         return rows
 
-    def index(self, keys: np.ndarray) -> np.ndarray:
-        """Dense indices of ``keys`` (int64, unique, non-negative) through the hash."""
+    def _index_direct(self, ids: np.ndarray, pool_delta: np.ndarray) -> np.ndarray:
+        at = ids + pool_delta
+        rows = self._pool.take(at)
+        new = rows < 0
+        if new.any():
+            fresh = self._assign(ids[new])
+            rows[new] = fresh
+            self._pool[at[new]] = fresh
+        return rows
+
+    def _index_hashed(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Dense indices of ``keys`` through the hash, and which of them were new."""
         if 2 * (self._hashed + keys.size) > self._table.shape[0]:
-            self._grow(2 * (self._hashed + keys.size))
-        out = np.empty(keys.size, dtype=np.int32)
-        self._probe(keys, out, assign_new=True)
-        return out
+            self._rehash(2 * (self._hashed + keys.size))
+        rows = np.empty(keys.size, dtype=np.int32)
+        new = self._lookup(keys, rows)
+        if new.any():
+            fresh = self._assign(keys[new])
+            rows[new] = fresh
+            self._insert(keys[new], fresh)
+        return rows, new
+
+    def _count_new(self, hashed: list[tuple[int, int, int]], new: np.ndarray) -> None:
+        """Count the new rows of each hashed table; map a table directly once it is dense enough."""
+        if not self._tables:
+            return
+        sizes = [stop - start for _, start, stop in hashed]
+        ends = np.cumsum(sizes)
+        new_so_far = np.concatenate(([0], np.cumsum(new)))
+        counts = (new_so_far[ends] - new_so_far[ends - sizes]).tolist()
+        switched = []
+        for (column, _, _), count in zip(hashed, counts, strict=True):
+            if column < 0:  # ids of unknown tables
+                continue
+            self._seen[column] += count
+            if self._seen[column] >= DIRECT_MIN_SEEN_FRACTION * self._tables[column][1]:
+                switched.append(column)
+        if switched:
+            self._go_direct(switched)
+
+    def _go_direct(self, columns: list[int]) -> None:
+        """Map ``columns``' tables directly from now on.
+
+        Their keys stay in the hash, never probed again, until its next rehash drops them.
+        """
+        self._add_direct(columns)
+        ids = self.ids
+        for column in columns:
+            first, num_rows = self._tables[column]
+            dense = np.flatnonzero((ids >= first) & (ids < first + num_rows))
+            self._pool[ids[dense] + self._pool_delta[column]] = dense
+            self._dead_ranges.append((first, first + num_rows))
+
+    def _add_direct(self, columns: list[int]) -> None:
+        """Room in the pool (all ``_EMPTY``) for the tables of ``columns``."""
+        rows = [self._tables[c][1] for c in columns]
+        end = self._pool_used + sum(rows)
+        if end > self._pool.size:
+            bigger = np.empty(max(end, 2 * self._pool.size), dtype=np.int32)
+            bigger[: self._pool_used] = self._pool[: self._pool_used]
+            self._pool = bigger
+        self._pool[self._pool_used : end] = _EMPTY
+        for column, num_rows in zip(columns, rows, strict=True):
+            self._pool_delta[column] = self._pool_used - self._tables[column][0]
+            self._pool_used += num_rows
 
     def _assign(self, keys: np.ndarray) -> np.ndarray:
         """Append new ``keys`` to ``ids``; their dense indices."""
@@ -89,35 +180,54 @@ class RowMap:
         hashed = keys.astype(np.uint64) * _MULTIPLIER
         return (hashed >> np.uint64(64 - self._bits)).astype(np.int64)
 
-    def _probe(self, keys: np.ndarray, out: np.ndarray, *, assign_new: bool) -> None:
-        """Find or claim a slot for every key; new keys get ``out`` (given or freshly assigned)."""
+    def _lookup(self, keys: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Fill ``out`` for the keys in the hash; a mask of the others (a probe met an empty slot)."""
         table, mask = self._table, (1 << self._bits) - 1
-        flat = table.reshape(-1)  # key of slot s at 2s, value at 2s + 1
+        absent = np.zeros(keys.size, dtype=bool)
         pending = np.arange(keys.size)
         slots = self._slots(keys)
         wanted = keys
         while pending.size:
             entries = table.take(slots, axis=0)  # (``table[slots]`` is 15x slower)
-            found = entries[:, 0] == wanted
-            if assign_new:
-                out[pending[found]] = entries[found, 1]
-            empty = entries[:, 0] == _EMPTY
-            if empty.any():
-                claimants, claimed = pending[empty], 2 * slots[empty]
-                flat[claimed] = wanted[empty]  # several may race for a slot: one wins
-                won = flat.take(claimed) == wanted[empty]
-                winners, winner_keys = claimants[won], claimed[won] + 1
-                if assign_new:
-                    out[winners] = self._assign(keys[winners])
-                flat[winner_keys] = out[winners]
-                self._hashed += winners.size
-                found[empty] = won
-            keep = ~found
+            stored = entries[:, 0]
+            found = stored == wanted
+            out[pending[found]] = entries[found, 1]
+            empty = stored == _EMPTY
+            absent[pending[empty]] = True
+            keep = ~(found | empty)
             pending, slots, wanted = pending[keep], (slots[keep] + 1) & mask, wanted[keep]
+        return absent
 
-    def _grow(self, min_slots: int) -> None:
+    def _insert(self, keys: np.ndarray, values: np.ndarray) -> None:
+        """Place ``keys`` (absent, unique) with their ``values`` at the first free slot from home."""
+        flat, mask = self._table.reshape(-1), (1 << self._bits) - 1  # slot s: key 2s, value 2s+1
+        self._hashed += keys.size
+        slots = self._slots(keys)
+        while keys.size:
+            free = flat.take(2 * slots) == _EMPTY
+            claimed, claimants = 2 * slots[free], keys[free]
+            flat[claimed] = claimants  # several may race for a slot: one wins
+            won = flat.take(claimed) == claimants
+            flat[claimed[won] + 1] = values[free][won]
+            free[free] = won
+            keep = ~free
+            keys, values, slots = keys[keep], values[keep], (slots[keep] + 1) & mask
+
+    def _rehash(self, min_slots: int) -> None:
+        """A table with room for ``min_slots`` keys at load 1/2, without the directly mapped keys."""
         used = self._table[self._table[:, 0] != _EMPTY]
-        self._bits = max(self._bits + 1, (min_slots - 1).bit_length())
+        for low, high in self._dead_ranges:
+            used = used[(used[:, 0] < low) | (used[:, 0] >= high)]
+        self._dead_ranges.clear()
+        min_slots -= 2 * (self._hashed - used.shape[0])
+        self._bits = max(self._initial_bits, (max(1, min_slots) - 1).bit_length())
         self._table = np.full((1 << self._bits, 2), _EMPTY, dtype=np.int64)
         self._hashed = 0
-        self._probe(used[:, 0], used[:, 1].astype(np.int32), assign_new=False)
+        self._insert(used[:, 0].copy(), used[:, 1].copy())
+
+
+def _positions(segments: list[tuple[int, int, int]]) -> np.ndarray | slice:
+    """The positions covered by ``(column, start, stop)`` segments (a slice if they abut)."""
+    if all(a[2] == b[1] for a, b in pairwise(segments)):
+        return slice(segments[0][1], segments[-1][2])
+    return np.concatenate([np.arange(start, stop) for _, start, stop in segments])

@@ -1,10 +1,17 @@
-"""Unique ids of one global batch, and for ids used by one example only, that example.
+"""Unique ids of one global batch, and for ids used once, the trainer that uses them.
 
 Why per column: each feature's ids lie in its own table's range, so the batch's sorted unique ids
-are the per-column unique ids laid end to end in table order. A column over a small id span is
-counted with ``np.bincount`` (linear, no sort); a column over a large span is sorted alone, which
-is several times cheaper than one sort of all ``B*F`` ids. Columns whose id ranges overlap (raw
-matrices need not follow a schema) fall back to one packed sort of the whole batch.
+are the per-column unique ids laid end to end in table order. The columns are handled in two
+blocks, each with a fixed handful of numpy calls whatever the number of columns:
+
+* columns over a small id span are laid side by side in one compact space and counted with one
+  ``np.bincount`` (linear, no sort); one scatter records a using trainer per id;
+* the other columns are sorted in one call, row by row, as ``local id << b | trainer`` keys (``b``
+  bits hold the trainer), int32 when they fit: a sort gives the unique ids, their use counts (run
+  lengths) and, for ids used once, the trainer, without an argsort or a second pass.
+
+Only the trainer of a once-used id matters to the planner (it owns the singleton), not the example.
+Columns whose id ranges overlap (raw matrices need not follow a schema) are sorted as one row.
 """
 
 from __future__ import annotations
@@ -14,34 +21,42 @@ from dataclasses import dataclass
 import numpy as np
 
 MAX_ID = (1 << 47) - 1  # planners pack an id with a 16-bit field into an int64
-BINCOUNT_SPAN_PER_EXAMPLE = 4  # bincount a column whose id span is at most 4 x B (or 2**16)
+BINCOUNT_SPAN_PER_EXAMPLE = 4  # count a column whose id span is at most 4 x B (or 2**16)
 _BINCOUNT_MIN_SPAN = 1 << 16
+_INT32_KEYS = 1 << 31
 
 
 @dataclass(frozen=True)
-class Segment:
-    """The unique ids of one column (``column = -1``: of the whole batch) and their once-examples.
+class BatchUniques:
+    """A batch's unique ids in ascending order, as consecutive per-column segments.
 
-    ``ids`` are sorted int64 global ids; ``once_example[j]`` is the example (row of the ``[B, F]``
-    matrix) that uses ``ids[j]`` if exactly one example does, else -1.
+    ``ids[bounds[k]:bounds[k+1]]`` are the unique ids of column ``columns[k]`` (``-1``: of the
+    whole batch, when columns overlap); ``once_owner[j]`` is the trainer whose slice of the batch
+    holds the only use of ``ids[j]``, or -1 if it is used more than once.
     """
 
-    column: int
     ids: np.ndarray
-    once_example: np.ndarray
+    once_owner: np.ndarray
+    columns: tuple[int, ...]
+    bounds: np.ndarray
 
 
-def batch_segments(matrix: np.ndarray) -> list[Segment]:
-    """Unique ids of a ``[B, F]`` global-id matrix in ascending order, as consecutive segments.
+def batch_uniques(
+    matrix: np.ndarray, num_trainers: int, owner_dtype: type[np.signedinteger]
+) -> BatchUniques:
+    """Unique ids of a ``[B, F]`` global-id matrix (``B`` a multiple of ``num_trainers``).
 
     Raises ``ValueError`` for ids outside ``[0, MAX_ID]``.
     """
     batch_size, num_columns = matrix.shape
     if matrix.size == 0:
-        empty = np.empty(0, dtype=np.int64)
-        return [Segment(-1, empty, empty)]
-    columns = np.ascontiguousarray(matrix.T, dtype=np.int64)  # [F, B]
-    lows, highs = columns.min(axis=1), columns.max(axis=1)
+        return BatchUniques(
+            np.empty(0, np.int64), np.empty(0, owner_dtype), (-1,), np.zeros(2, np.int64)
+        )
+    matrix = matrix.astype(np.int64, copy=False)
+    owners = np.arange(batch_size) // (batch_size // num_trainers)
+    owner_bits = (num_trainers - 1).bit_length()
+    lows, highs = matrix.min(axis=0), matrix.max(axis=0)
     if int(lows.min()) < 0 or int(highs.max()) > MAX_ID:
         bad = int(np.flatnonzero((lows < 0) | (highs > MAX_ID))[0])
         raise ValueError(
@@ -50,45 +65,91 @@ def batch_segments(matrix: np.ndarray) -> list[Segment]:
         )
     order = np.argsort(lows, kind="stable")
     if num_columns > 1 and bool(np.any(lows[order[1:]] <= highs[order[:-1]])):
-        ids, positions = _packed_unique(columns.reshape(-1), int(highs.max()))
-        examples = np.where(positions >= 0, positions % batch_size, -1)
-        return [Segment(-1, ids, examples)]
-    bincount_span = max(BINCOUNT_SPAN_PER_EXAMPLE * batch_size, _BINCOUNT_MIN_SPAN)
-    segments = []
-    for column in order.tolist():
-        low, span = int(lows[column]), int(highs[column] - lows[column]) + 1
-        local = columns[column] - low
-        if span <= bincount_span:
-            ids, examples = _counted_unique(local, span)
+        keys = ((matrix << owner_bits) | owners[:, None]).reshape(1, -1)
+        ids, once, bounds = _sorted_runs(keys, owner_bits, np.zeros(1, np.int64), owner_dtype)
+        return BatchUniques(ids, once, (-1,), bounds)
+
+    spans = highs - lows + 1
+    small = spans[order] <= max(BINCOUNT_SPAN_PER_EXAMPLE * batch_size, _BINCOUNT_MIN_SPAN)
+    blocks = []  # (columns, ids, once, per-column bounds)
+    for counted, columns in ((True, order[small]), (False, order[~small])):
+        if not columns.size:
+            continue
+        block = matrix.T[columns] - lows[columns, None]  # [c, B], C order
+        if counted:
+            found = _counted(block, lows[columns], spans[columns], owners, owner_dtype)
         else:
-            ids, examples = _packed_unique(local, span - 1)
-        segments.append(Segment(column, ids + low, examples))
-    return segments
+            max_key = (int(spans[columns].max()) << owner_bits) - 1
+            block <<= owner_bits
+            block |= owners
+            keys = block.astype(np.int32) if max_key < _INT32_KEYS else block
+            found = _sorted_runs(keys, owner_bits, lows[columns], owner_dtype)
+        blocks.append((columns.tolist(), *found))
+    if len(blocks) == 1:
+        columns, ids, once, bounds = blocks[0]
+        return BatchUniques(ids, once, tuple(columns), bounds)
+    return _interleaved(blocks, order.tolist())
 
 
-def _counted_unique(local: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
-    """Unique values of ``local`` (all in ``[0, span)``) and once-positions, by counting."""
-    counts = np.bincount(local, minlength=span)
-    present = np.flatnonzero(counts)
-    position = np.empty(span, dtype=np.int64)
-    position[local] = np.arange(local.size)  # one writer for every count-1 value
-    return present, np.where(counts[present] == 1, position[present], -1)
+def _counted(
+    local: np.ndarray,
+    lows: np.ndarray,
+    spans: np.ndarray,
+    owners: np.ndarray,
+    owner_dtype: type[np.signedinteger],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Unique ids of columns with small spans (``local``: ``[c, B]`` ids less their column's low;
+    ascending ranges) by counting.
 
-
-def _packed_unique(flat: np.ndarray, max_value: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted unique values of ``flat`` (in ``[0, max_value]``) and, per value, its position in
-    ``flat`` if it occurs once, else -1.
-
-    One sort of ``value << bits | position`` gives both, where ``np.unique(return_index=True)``
-    would need a slower stable argsort.
+    The columns are shifted side by side into ``[0, sum(spans))``, so one bincount serves all.
     """
-    bits = max(1, (flat.size - 1).bit_length())
-    if max_value >= 1 << (63 - bits):
-        raise ValueError(f"global ids must lie below 2**{63 - bits} for a batch of {flat.size} ids")
-    packed = (flat << bits) | np.arange(flat.size, dtype=np.int64)
-    packed.sort()
-    values = packed >> bits
-    starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
-    counts = np.diff(np.append(starts, flat.size))
-    positions = packed[starts] & ((1 << bits) - 1)
-    return values[starts], np.where(counts == 1, positions, -1)
+    starts = np.concatenate(([0], np.cumsum(spans)))
+    local += starts[:-1, None]
+    compact = local.reshape(-1)
+    counts = np.bincount(compact, minlength=int(starts[-1]))
+    present = np.flatnonzero(counts)
+    user = np.empty(counts.size, dtype=owner_dtype)
+    user[compact] = np.tile(owners.astype(owner_dtype), local.shape[0])  # one writer if count 1
+    once = np.where(counts[present] == 1, user[present], owner_dtype(-1))
+    bounds = np.searchsorted(present, starts)
+    ids = present + np.repeat(lows - starts[:-1], np.diff(bounds))
+    return ids, once, bounds
+
+
+def _sorted_runs(
+    keys: np.ndarray, owner_bits: int, lows: np.ndarray, owner_dtype: type[np.signedinteger]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Unique ids of each row of ``keys`` (``[c, n]``, ``local id << owner_bits | trainer``).
+
+    Sorts each row in place; a run of one local id is one unique id, ``lows[row] + local``.
+    """
+    keys.sort(axis=1)
+    values = keys >> owner_bits
+    starts_run = np.empty(keys.shape, dtype=bool)
+    starts_run[:, 0] = True
+    np.not_equal(values[:, 1:], values[:, :-1], out=starts_run[:, 1:])
+    starts = np.flatnonzero(starts_run)
+    single = np.diff(starts, append=keys.size) == 1
+    first_keys = keys.reshape(-1)[starts]
+    once = np.where(single, first_keys & ((1 << owner_bits) - 1), -1).astype(owner_dtype)
+    bounds = np.searchsorted(starts, np.arange(keys.shape[0] + 1) * keys.shape[1])
+    ids = (first_keys >> owner_bits).astype(np.int64) + np.repeat(lows, np.diff(bounds))
+    return ids, once, bounds
+
+
+def _interleaved(
+    blocks: list[tuple[list[int], np.ndarray, np.ndarray, np.ndarray]], order: list[int]
+) -> BatchUniques:
+    """The blocks' per-column segments laid out in ``order`` (ascending id ranges)."""
+    segment: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for columns, ids, once, bounds in blocks:
+        edges = bounds.tolist()
+        for k, column in enumerate(columns):
+            segment[column] = (ids[edges[k] : edges[k + 1]], once[edges[k] : edges[k + 1]])
+    sizes = [segment[c][0].size for c in order]
+    return BatchUniques(
+        np.concatenate([segment[c][0] for c in order]),
+        np.concatenate([segment[c][1] for c in order]),
+        tuple(order),
+        np.concatenate(([0], np.cumsum(sizes))),
+    )

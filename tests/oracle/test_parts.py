@@ -7,47 +7,62 @@ import pytest
 
 from bagpipe.oracle.ring import NEVER, UseRing
 from bagpipe.oracle.rowmap import RowMap
-from bagpipe.oracle.uniques import batch_segments
+from bagpipe.oracle.uniques import batch_uniques
 
 
-def _expected(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _expected(matrix: np.ndarray, num_trainers: int) -> tuple[np.ndarray, np.ndarray]:
     ids, first, counts = np.unique(matrix, return_index=True, return_counts=True)
-    return ids, np.where(counts == 1, first // matrix.shape[1], -1)
+    per_trainer = matrix.shape[0] // num_trainers
+    return ids, np.where(counts == 1, first // matrix.shape[1] // per_trainer, -1)
 
 
-@pytest.mark.parametrize("spans", [(5, 3, 10**6), (7, 7, 7)])  # disjoint tables / overlapping
-def test_batch_segments_equal_np_unique(spans: tuple[int, ...]) -> None:
+# disjoint tables (counted, sorted int32 and int64 keys) / overlapping
+@pytest.mark.parametrize("spans", [(5, 3, 10**6, 2**40), (7, 7, 7)])
+@pytest.mark.parametrize("num_trainers", [1, 3])
+def test_batch_uniques_equal_np_unique(spans: tuple[int, ...], num_trainers: int) -> None:
     rng = np.random.default_rng(0)
     disjoint = len(set(spans)) == len(spans)
     offsets = np.cumsum((0, *spans[:-1])) if disjoint else np.zeros(len(spans), dtype=np.int64)
     matrix = np.stack(
-        [o + rng.integers(0, s, 50) for o, s in zip(offsets, spans, strict=True)], axis=1
+        [o + rng.integers(0, s, 60) for o, s in zip(offsets, spans, strict=True)], axis=1
     )
-    segments = batch_segments(matrix)
-    assert (len(segments) == len(spans)) == disjoint
-    ids = np.concatenate([s.ids for s in segments])
-    once = np.concatenate([s.once_example for s in segments])
-    expected_ids, expected_once = _expected(matrix)
-    assert np.array_equal(ids, expected_ids) and np.array_equal(once, expected_once)
+    found = batch_uniques(matrix, num_trainers, np.int8)
+    assert (found.columns == tuple(range(len(spans)))) == disjoint
+    expected_ids, expected_once = _expected(matrix, num_trainers)
+    assert np.array_equal(found.ids, expected_ids)
+    assert np.array_equal(found.once_owner, expected_once)
+    for k, column in enumerate(found.columns if disjoint else ()):
+        segment = found.ids[found.bounds[k] : found.bounds[k + 1]]
+        assert np.array_equal(segment, np.unique(matrix[:, column]))
 
 
-def test_batch_segments_reject_negative_ids() -> None:
+def test_batch_uniques_reject_negative_ids() -> None:
     with pytest.raises(ValueError, match="column 1"):
-        batch_segments(np.array([[1, -3]]))
+        batch_uniques(np.array([[1, -3]]), 1, np.int8)
 
 
-def test_rowmap_hash_and_direct_share_one_index() -> None:
-    rowmap = RowMap(direct_ranges=[(100, 10)], initial_slots=16)
+def test_rowmap_direct_hashed_and_switched_tables_share_one_index() -> None:
+    # table 0 (10 rows) is direct from the start; table 1 (3200 rows) goes direct once
+    # 1/32 of its rows are seen; ids of unknown tables (-1) are hashed for good
+    rowmap = RowMap([(100, 10), (1000, 3200)], direct_rows_max=10, initial_slots=16)
     rng = np.random.default_rng(1)
     seen: dict[int, int] = {}
-    for _ in range(30):  # grows the hash several times
-        keys = np.unique(rng.integers(0, 100, 20) * 7919 + 1000)
-        local = np.unique(rng.integers(0, 10, 4))
-        rows = np.concatenate([rowmap.index(keys), rowmap.index_direct(0, local)])
-        for key, row in zip(
-            np.concatenate([keys, local + 100]).tolist(), rows.tolist(), strict=True
-        ):
+    switched_at = None
+    for step in range(30):  # grows the hash several times
+        segments = [
+            np.unique(rng.integers(100, 110, 4)),
+            np.unique(rng.integers(1000, 4200, 9)),
+            np.unique(rng.integers(0, 100, 20) * 7919 + 10**6),
+        ]
+        ids = np.concatenate(segments)
+        bounds = np.cumsum([0, *(s.size for s in segments)])
+        rows = rowmap.index(ids, (0, 1, -1), bounds)
+        for key, row in zip(ids.tolist(), rows.tolist(), strict=True):
             assert seen.setdefault(key, row) == row
+        if switched_at is None and rowmap.is_direct(1):
+            switched_at = step
+    assert rowmap.is_direct(0) and not rowmap.is_direct(-1)
+    assert switched_at is not None and switched_at > 0
     assert sorted(seen.values()) == list(range(rowmap.size))
     assert all(rowmap.ids[row] == key for key, row in seen.items())
 
