@@ -66,8 +66,12 @@ class Flow:
         messages: latencies it pays per iteration (per shard or per ring step: one
             request-reply pull is 2; a ring all-reduce is counted by the ring formula, give 1).
         rows_counter: this flow is the part of ``kind`` given by a per-iteration counter of rows
-            (every trainer moves all of them, ``row_bytes`` each); a flow of the same kind
-            without a counter gets the rest of the kind's bytes.
+            (``row_bytes`` each); a flow of the same kind without a counter gets the rest of the
+            kind's bytes (e.g. the ids sent with requests).
+        counter_sums_trainers: ``False``: the counter counts the global batch's rows once and
+            every trainer moves all of them (Bagpipe's ``rows_sync_later``); ``True``: it sums
+            the rows every trainer moved (the Meter's ``rows_<kind>``), so one trainer moves a
+            ``1/T`` share.
         every: the flow happens once every ``every`` iterations (its latencies are spread over
             them; its bytes already are, being per-iteration means).
     """
@@ -77,6 +81,7 @@ class Flow:
     lane: str = CRITICAL
     messages: float = 1.0
     rows_counter: str | None = None
+    counter_sums_trainers: bool = False
     every: str | int = 1
 
 
@@ -128,22 +133,34 @@ SYSTEM_RULES: dict[str, SystemRule] = {
             Flow("emb_push", _P.SHARDS_SERIAL, lane="comm", messages=1),
         )
     ),
-    # baselines/fae/roles.py: cold steps pull (requests one shard after another, replies in
-    # parallel) and push (one shard after another) on the critical path; every step all-reduces
-    # (dense, plus the hot replica's gradient in hot steps); swaps (h2d) block the step.
+    # baselines/fae/roles.py + system.py, all on the critical path (the driver waits for a swap
+    # before the step). Cold step: pull = the ids of the requests sent to the shards one after
+    # another, the rows replied by all shards at once; forward/backward; dense all-reduce; push
+    # to the shards one after another. Hot step: one all-reduce of the dense gradients and the
+    # whole replica's gradient. Swaps (h2d): cold -> hot, every trainer fetches the hot rows (as
+    # a pull); hot -> cold, trainer 0 alone writes them back to the shards one after another. The
+    # Meter's h2d column holds both directions, so the rule prices it as one serial stream spread
+    # over the trainers: ``(T+1) H`` row transfers per swap pair (H hot rows) over T trainers,
+    # where the slowest trainer (0) spends ``H (id + row / S) + H (id + row)``. That is within a
+    # few percent for S = T = 2 (the validation) and S = T = 8, but underprices swaps when
+    # S << T (S = 1, T = 8: about half). Swap latencies are charged every step (their bytes are
+    # means over the window), which matters only at high bandwidth.
     "fae": SystemRule(
         flows=(
-            Flow("emb_pull", _P.SHARDS_SERIAL, messages=2),
-            Flow("emb_push", _P.SHARDS_SERIAL, messages=1),
+            Flow("emb_pull", _P.SHARDS, rows_counter="rows_emb_pull", counter_sums_trainers=True),
+            Flow("emb_pull", _P.SHARDS_SERIAL),
+            Flow("emb_push", _P.SHARDS_SERIAL),
             Flow("allreduce", _P.RING),
             Flow("h2d", _P.SHARDS_SERIAL, messages=2),
         )
     ),
-    # baselines/torchrec_sharding/trainer.py: all-to-all exchanges (largest chunk per round, peers
-    # in parallel) and the dense all-reduce, both blocking the step.
+    # baselines/torchrec_sharding/trainer.py: per sharding type of the plan three all-to-all
+    # rounds (ids in, pooled embeddings out, their gradients back), each as long as its largest
+    # chunk (peers in parallel), then the dense all-reduce; all block the step. ``messages`` is
+    # for one sharding type (a plan that mixes k types pays 3k latencies).
     "torchrec": SystemRule(
         flows=(
-            Flow("alltoall", _P.PEERS, messages=4),
+            Flow("alltoall", _P.PEERS, messages=3),
             Flow("allreduce", _P.RING),
         )
     ),
@@ -277,9 +294,12 @@ def flow_bytes(rule: SystemRule, workload: Workload) -> list[float]:
     out: list[float] = []
     for flow in rule.flows:
         if flow.rows_counter is not None:
-            # Every trainer all-reduces the whole list of rows: counter x row bytes each.
-            per_trainer = workload.counters.get(flow.rows_counter, 0.0) * workload.row_bytes
-            counted[flow.kind] = counted.get(flow.kind, 0.0) + per_trainer * trainers
+            rows_bytes = workload.counters.get(flow.rows_counter, 0.0) * workload.row_bytes
+            if flow.counter_sums_trainers:
+                per_trainer, all_trainers = rows_bytes / trainers, rows_bytes
+            else:  # every trainer moves the whole list of rows
+                per_trainer, all_trainers = rows_bytes, rows_bytes * trainers
+            counted[flow.kind] = counted.get(flow.kind, 0.0) + all_trainers
             out.append(per_trainer)
         else:
             out.append(math.nan)
@@ -354,7 +374,8 @@ def predict(workload: Workload, cluster: Cluster, rule: SystemRule | None = None
         sharing = sum(t for f, t in zip(rule.flows, times, strict=True)
                       if f.lane == CRITICAL and f.pattern in patterns)
         lanes_s[lane] = sum(t for _, t in mine) + sharing
-    labels = [f"{f.kind}:{f.lane}" for f in rule.flows]
+    labels = [f"{f.kind}{f'[{f.rows_counter}]' if f.rows_counter else ''}:{f.lane}"
+              for f in rule.flows]
     return Prediction(
         iter_s=max([critical_s, *lanes_s.values()]),
         compute_s=compute_s,
