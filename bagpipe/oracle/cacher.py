@@ -61,7 +61,7 @@ class _StepUses:
 
     rows: np.ndarray  # [n] int32 dense row indices (RowMap), ascending global id
     once_owner: np.ndarray  # [n] int8/int16: owning trainer for count-1 ids, else -1
-    first_in_round: np.ndarray  # [n] bool: no earlier use in this step's round
+    first_in_round: np.ndarray  # positions (in ``rows``) of the ids not used earlier in the round
 
 
 def _grown(array: np.ndarray, size: int, fill: int) -> np.ndarray:
@@ -191,7 +191,8 @@ class OracleCacher:
         self._ring.add(step, rows.size)
         live = previous_step >= self._ring.oldest_step
         self._ring.record(previous_step[live], previous[live] & ((1 << _POSITION_BITS) - 1), step)
-        first_in_round = previous_step < (step // self.config.ci) * self.config.ci
+        round_start = (step // self.config.ci) * self.config.ci
+        first_in_round = np.flatnonzero(previous_step < round_start).astype(np.int32)
         unknown_next = self._res_next.take(rows) == NEVER
         self._res_next[rows[unknown_next]] = step
         self._last_use[rows] = (step << _POSITION_BITS) | np.arange(rows.size, dtype=np.int64)
@@ -236,10 +237,14 @@ class OracleCacher:
         # rows of the round, each once (at its first use in the round), and their fetch owner: the
         # singleton owner if that use is the row's only use in the round (a singleton's next use
         # lies beyond i + L > last), else -1
-        round_rows = np.concatenate([u.rows[u.first_in_round] for u in steps])
+        round_rows = np.concatenate([u.rows.take(u.first_in_round) for u in steps])
         sole_owner = np.concatenate(
             [
-                np.where(nxt > i + cfg.lookahead, u.once_owner, -1)[u.first_in_round]
+                np.where(
+                    nxt.take(u.first_in_round) > i + cfg.lookahead,
+                    u.once_owner.take(u.first_in_round),
+                    -1,
+                )
                 for i, u, nxt in zip(range(first, last + 1), steps, next_uses, strict=True)
             ]
         )
@@ -288,16 +293,14 @@ class OracleCacher:
         )
 
         for i, u, nxt in zip(range(first, last + 1), steps, next_uses, strict=True):  # commit
-            latest_use = nxt > last
-            rows = u.rows[latest_use]
-            owner = u.once_owner[latest_use]
-            if cfg.num_trainers > 1:  # with one trainer no copy goes stale
-                owner = np.where(nxt[latest_use] > i + cfg.lookahead, owner, -1)
-            else:
-                owner = np.full_like(owner, -1)
+            latest_use = np.flatnonzero(nxt > last)
+            rows = u.rows.take(latest_use)
+            following = nxt.take(latest_use)
             self._res_last[rows] = i
-            self._res_owner[rows] = owner
-            self._res_next[rows] = nxt[latest_use]
+            if cfg.num_trainers > 1:  # with one trainer no copy goes stale
+                stale = following > i + cfg.lookahead
+                self._res_owner[rows] = np.where(stale, u.once_owner.take(latest_use), -1)
+            self._res_next[rows] = following
 
         stats = self.stats
         stats.rounds += 1

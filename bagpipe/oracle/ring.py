@@ -3,7 +3,8 @@
 Each step owns a contiguous block of an int32 ring (never split across the ring's end), so a
 step's next uses are a view, not a gather. Reading batch ``b`` writes ``b`` into the block slot of
 each id's previous use (if that step is still live). Steps are released oldest first; the ring
-grows (by half) only when the live blocks no longer fit, so in steady state nothing is allocated.
+grows (to a window's worth of blocks, or by half) only when the live blocks no longer fit, so in
+steady state nothing is allocated.
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ class UseRing:
         if len(self._live) >= self._bases.size:
             self._rebase(self._values.size, 2 * self._bases.size)
         base = self._free_base(count)
-        if base is None:
-            self._rebase(max(self._values.size * 3 // 2, (self._used + count) * 3 // 2))
+        if base is None:  # room for a full window of blocks like this one, or half as much again
+            steady = count * self._bases.size
+            self._rebase(max(self._values.size * 3 // 2, (self._used + count) * 3 // 2, steady))
             base = self._free_base(count)
             assert base is not None
         self._values[base : base + count] = NEVER
@@ -78,7 +80,7 @@ class UseRing:
 
     def _rebase(self, num_slots: int, num_bases: int | None = None) -> None:
         """Copy the live blocks, in order, to the start of a ring of ``num_slots`` slots."""
-        values = np.full(num_slots, NEVER, dtype=np.int32)
+        values = np.empty(num_slots, dtype=np.int32)  # ``add`` fills each block it hands out
         bases = np.zeros(num_bases or self._bases.size, dtype=np.int64)
         counts = np.zeros(bases.size, dtype=np.int64)
         live: deque[tuple[int, int, int]] = deque()

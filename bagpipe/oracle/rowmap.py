@@ -46,12 +46,11 @@ class RowMap:
         initial_slots: int = 1 << 16,
     ) -> None:
         self._tables = list(tables)
-        # the direct tables' arrays, end to end in one int32 pool (grown geometrically), so one
-        # gather maps every directly mapped id of a batch; ``_pool_delta[column]`` turns a global
-        # id of that column into its pool position
-        self._pool = np.empty(0, dtype=np.int32)
-        self._pool_used = 0
-        self._pool_delta: dict[int, int] = {}
+        # int32 arrays of direct tables laid end to end: the small tables share the first, each
+        # batch of tables gone direct gets its own (no copy), so a batch's ids take one gather per
+        # array; ``_where[column] = (array, delta)``: a global id's position is id + delta
+        self._arrays: list[np.ndarray] = []
+        self._where: dict[int, tuple[int, int]] = {}
         self._seen = [0] * len(self._tables)  # rows seen per hashed table
         self._add_direct([c for c, (_, rows) in enumerate(self._tables) if rows <= direct_rows_max])
         self._initial_bits = max(4, (initial_slots - 1).bit_length())
@@ -69,10 +68,11 @@ class RowMap:
 
     @property
     def nbytes(self) -> int:
-        return self._table.nbytes + self._ids.nbytes + self._pool.nbytes
+        direct = sum(a.nbytes for a in self._arrays)
+        return self._table.nbytes + self._ids.nbytes + direct
 
     def is_direct(self, column: int) -> bool:
-        return column in self._pool_delta
+        return column in self._where
 
     def index(self, ids: np.ndarray, columns: Sequence[int], bounds: np.ndarray) -> np.ndarray:
         """Dense indices of ``ids`` (unique, non-negative), given as per-column segments.
@@ -83,27 +83,29 @@ class RowMap:
         rows = np.empty(ids.size, dtype=np.int32)
         edges = bounds.tolist()
         segments = [(c, edges[k], edges[k + 1]) for k, c in enumerate(columns)]
-        direct = [seg for seg in segments if seg[0] in self._pool_delta]
-        hashed = [seg for seg in segments if seg[0] not in self._pool_delta]
-        if direct:
-            where = _positions(direct)
-            deltas = [self._pool_delta[column] for column, _, _ in direct]
-            sizes = [stop - start for _, start, stop in direct]
-            rows[where] = self._index_direct(ids[where], np.repeat(deltas, sizes))
+        for array, direct in enumerate(self._arrays):
+            mine = [seg for seg in segments if self._where.get(seg[0], (-1,))[0] == array]
+            if mine:
+                where = _positions(mine)
+                deltas = [self._where[column][1] for column, _, _ in mine]
+                sizes = [stop - start for _, start, stop in mine]
+                rows[where] = self._index_direct(direct, ids[where], np.repeat(deltas, sizes))
+        hashed = [seg for seg in segments if seg[0] not in self._where]
         if hashed:
             where = _positions(hashed)
             rows[where], new = self._index_hashed(ids[where])
             self._count_new(hashed, new)
         return rows
 
-    def _index_direct(self, ids: np.ndarray, pool_delta: np.ndarray) -> np.ndarray:
-        at = ids + pool_delta
-        rows = self._pool.take(at)
+    def _index_direct(self, direct: np.ndarray, ids: np.ndarray, delta: np.ndarray) -> np.ndarray:
+        at = ids + delta
+        rows = direct.take(at)
+        rows -= 1
         new = rows < 0
         if new.any():
             fresh = self._assign(ids[new])
             rows[new] = fresh
-            self._pool[at[new]] = fresh
+            direct[at[new]] = fresh + 1
         return rows
 
     def _index_hashed(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -142,25 +144,26 @@ class RowMap:
         Their keys stay in the hash, never probed again, until its next rehash drops them.
         """
         self._add_direct(columns)
-        ids = self.ids
+        ids, direct = self.ids, self._arrays[-1]
         for column in columns:
             first, num_rows = self._tables[column]
             dense = np.flatnonzero((ids >= first) & (ids < first + num_rows))
-            self._pool[ids[dense] + self._pool_delta[column]] = dense
+            direct[ids[dense] + self._where[column][1]] = dense + 1
             self._dead_ranges.append((first, first + num_rows))
 
     def _add_direct(self, columns: list[int]) -> None:
-        """Room in the pool (all ``_EMPTY``) for the tables of ``columns``."""
-        rows = [self._tables[c][1] for c in columns]
-        end = self._pool_used + sum(rows)
-        if end > self._pool.size:
-            bigger = np.empty(max(end, 2 * self._pool.size), dtype=np.int32)
-            bigger[: self._pool_used] = self._pool[: self._pool_used]
-            self._pool = bigger
-        self._pool[self._pool_used : end] = _EMPTY
-        for column, num_rows in zip(columns, rows, strict=True):
-            self._pool_delta[column] = self._pool_used - self._tables[column][0]
-            self._pool_used += num_rows
+        """A new array for the tables of ``columns``, end to end.
+
+        It holds dense index + 1 (0: not seen yet), so that it starts as zeroed pages, which the
+        kernel provides on first touch without a filling pass.
+        """
+        if not columns:
+            return
+        used = 0
+        for column in columns:
+            self._where[column] = (len(self._arrays), used - self._tables[column][0])
+            used += self._tables[column][1]
+        self._arrays.append(np.zeros(used, dtype=np.int32))
 
     def _assign(self, keys: np.ndarray) -> np.ndarray:
         """Append new ``keys`` to ``ids``; their dense indices."""
