@@ -100,12 +100,11 @@ class RowMap:
     def _index_direct(self, direct: np.ndarray, ids: np.ndarray, delta: np.ndarray) -> np.ndarray:
         at = ids + delta
         rows = direct.take(at)
-        rows -= 1
         new = rows < 0
         if new.any():
             fresh = self._assign(ids[new])
             rows[new] = fresh
-            direct[at[new]] = fresh + 1
+            direct[at[new]] = fresh
         return rows
 
     def _index_hashed(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -148,14 +147,13 @@ class RowMap:
         for column in columns:
             first, num_rows = self._tables[column]
             dense = np.flatnonzero((ids >= first) & (ids < first + num_rows))
-            direct[ids[dense] + self._where[column][1]] = dense + 1
+            direct[ids[dense] + self._where[column][1]] = dense
             self._dead_ranges.append((first, first + num_rows))
 
     def _add_direct(self, columns: list[int]) -> None:
-        """A new array for the tables of ``columns``, end to end.
+        """A new array (all ``_EMPTY``) for the tables of ``columns``, end to end.
 
-        It holds dense index + 1 (0: not seen yet), so that it starts as zeroed pages, which the
-        kernel provides on first touch without a filling pass.
+        Filled at once: first touching its pages in order is far cheaper than by a random scatter.
         """
         if not columns:
             return
@@ -163,7 +161,7 @@ class RowMap:
         for column in columns:
             self._where[column] = (len(self._arrays), used - self._tables[column][0])
             used += self._tables[column][1]
-        self._arrays.append(np.zeros(used, dtype=np.int32))
+        self._arrays.append(np.full(used, _EMPTY, dtype=np.int32))
 
     def _assign(self, keys: np.ndarray) -> np.ndarray:
         """Append new ``keys`` to ``ids``; their dense indices."""
