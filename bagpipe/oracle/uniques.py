@@ -53,10 +53,10 @@ def batch_uniques(
         return BatchUniques(
             np.empty(0, np.int64), np.empty(0, owner_dtype), (-1,), np.zeros(2, np.int64)
         )
-    matrix = matrix.astype(np.int64, copy=False)
+    columns_ids = np.ascontiguousarray(matrix.T, dtype=np.int64)  # [F, B]: contiguous reductions
     owners = np.arange(batch_size) // (batch_size // num_trainers)
     owner_bits = (num_trainers - 1).bit_length()
-    lows, highs = matrix.min(axis=0), matrix.max(axis=0)
+    lows, highs = columns_ids.min(axis=1), columns_ids.max(axis=1)
     if int(lows.min()) < 0 or int(highs.max()) > MAX_ID:
         bad = int(np.flatnonzero((lows < 0) | (highs > MAX_ID))[0])
         raise ValueError(
@@ -65,7 +65,7 @@ def batch_uniques(
         )
     order = np.argsort(lows, kind="stable")
     if num_columns > 1 and bool(np.any(lows[order[1:]] <= highs[order[:-1]])):
-        keys = ((matrix << owner_bits) | owners[:, None]).reshape(1, -1)
+        keys = ((columns_ids << owner_bits) | owners).reshape(1, -1)
         ids, once, bounds = _sorted_runs(keys, owner_bits, np.zeros(1, np.int64), owner_dtype)
         return BatchUniques(ids, once, (-1,), bounds)
 
@@ -75,7 +75,8 @@ def batch_uniques(
     for counted, columns in ((True, order[small]), (False, order[~small])):
         if not columns.size:
             continue
-        block = matrix.T[columns] - lows[columns, None]  # [c, B], C order
+        block = columns_ids[columns]
+        block -= lows[columns, None]
         if counted:
             found = _counted(block, lows[columns], spans[columns], owners, owner_dtype)
         else:
