@@ -33,7 +33,9 @@ How it is fast (per batch ``b`` with ``n`` unique ids; no per-row Python loop an
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -166,8 +168,11 @@ class OracleCacher:
 
     def ingest(self, batch: BatchLike) -> None:
         """Read the next global batch of the stream."""
+        self._record(self._uniques(batch, self._ingested))
+
+    def _uniques(self, batch: BatchLike, step: int) -> BatchUniques:
+        """Batch ``step``'s unique ids, validated; reads no planner state, so any thread may run it."""
         matrix = self._matrix(batch)
-        step = self._ingested
         if matrix.ndim != 2:
             raise ValueError(f"batch {step}: expected a [B, F] id matrix, got shape {matrix.shape}")
         batch_size, num_features = matrix.shape
@@ -183,6 +188,11 @@ class OracleCacher:
         uniques = batch_uniques(matrix, self.config.num_trainers, self._owner_dtype)
         if self._table_ranges and uniques.ids.size:
             self._check_ranges(uniques, step)
+        return uniques
+
+    def _record(self, uniques: BatchUniques) -> None:
+        """Add the next batch's uses to the window (ids to rows, next uses, latest uses)."""
+        step = self._ingested
         rows = self._rowmap.index(uniques.ids, uniques.columns, uniques.bounds)
         once_owner = uniques.once_owner
         self._ensure_rows(self._rowmap.size)
@@ -366,22 +376,50 @@ class OracleCacher:
         ``flush=True`` ends with a plan that evicts every resident row (write everything back).
         Planning time (ingestion included, the batch source's own time excluded) is in
         ``stats.planning_time_s``.
+
+        The unique ids of the next two batches are computed by a worker thread while this one
+        records a batch and plans (numpy releases the GIL), so a second core takes that share of
+        the work; it reads no planner state, so the plans do not depend on the timing. Time the
+        worker spends while this thread works is not planning time on the critical path and is
+        not counted.
         """
         if self._started:
             raise RuntimeError("an OracleCacher plans one stream; make a new one for another")
         self._started = True
-        source = iter(batches)
-        cfg = self.config
+        with ThreadPoolExecutor(1, thread_name_prefix="oracle-uniques") as worker:
+            yield from self._plans(iter(batches), worker, flush)
 
-        def read_until(step: int) -> None:
-            while self._num_steps is None and self._ingested <= step:
+    def _plans(
+        self, source: Iterator[BatchLike], worker: ThreadPoolExecutor, flush: bool
+    ) -> Iterator[StepPlan | RoundPlan]:
+        cfg = self.config
+        ahead: deque[Future[BatchUniques]] = deque()  # the next batches' uniques, in order
+        exhausted = False
+        taken = 0  # batches taken from the source
+
+        def submit() -> None:
+            nonlocal exhausted, taken
+            while not exhausted and len(ahead) < 2:
                 try:
                     batch = next(source)
                 except StopIteration:
+                    exhausted = True
+                    return
+                ahead.append(worker.submit(self._uniques, batch, taken))
+                taken += 1
+
+        def read_until(step: int) -> None:
+            while self._num_steps is None and self._ingested <= step:
+                submit()
+                if not ahead:
                     self._num_steps = self._ingested
                     return
                 started = time.perf_counter()
-                self.ingest(batch)
+                uniques = ahead.popleft().result()
+                self.stats.planning_time_s += time.perf_counter() - started
+                submit()  # the worker starts on the next batch before this one is recorded
+                started = time.perf_counter()
+                self._record(uniques)
                 self.stats.planning_time_s += time.perf_counter() - started
 
         def timed(make, *args):  # type: ignore[no-untyped-def]

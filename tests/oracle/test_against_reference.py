@@ -7,6 +7,8 @@ plans must replay cleanly on simulated trainer caches (``streams.replay``).
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -130,3 +132,14 @@ def test_belady_choice_with_ids_beyond_32_bits(seed: int) -> None:
         assert got_stats.capacity_evictions > 0
         assert all(_same(a, b) for a, b in zip(got, expected, strict=True))
         assert got_stats.counts() == expected_stats.counts()
+
+
+def test_abandoned_plan_stops_its_uniques_worker() -> None:
+    def workers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith("oracle-uniques")]
+
+    plans = OracleCacher(None, 1, 4, 2).plan(skewed_stream(0, 12))
+    next(plans)
+    assert workers()
+    plans.close()
+    assert not workers()
