@@ -89,7 +89,8 @@ class RowMap:
                 where = _positions(mine)
                 deltas = [self._where[column][1] for column, _, _ in mine]
                 sizes = [stop - start for _, start, stop in mine]
-                rows[where] = self._index_direct(direct, ids[where], np.repeat(deltas, sizes))
+                delta = deltas[0] if len(mine) == 1 else np.repeat(deltas, sizes)
+                rows[where] = self._index_direct(direct, ids[where], delta)
         hashed = [seg for seg in segments if seg[0] not in self._where]
         if hashed:
             where = _positions(hashed)
@@ -97,7 +98,9 @@ class RowMap:
             self._count_new(hashed, new)
         return rows
 
-    def _index_direct(self, direct: np.ndarray, ids: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    def _index_direct(
+        self, direct: np.ndarray, ids: np.ndarray, delta: np.ndarray | int
+    ) -> np.ndarray:
         at = ids + delta
         rows = direct.take(at)
         new = rows < 0
@@ -231,4 +234,7 @@ def _positions(segments: list[tuple[int, int, int]]) -> np.ndarray | slice:
     """The positions covered by ``(column, start, stop)`` segments (a slice if they abut)."""
     if all(a[2] == b[1] for a, b in pairwise(segments)):
         return slice(segments[0][1], segments[-1][2])
-    return np.concatenate([np.arange(start, stop) for _, start, stop in segments])
+    starts = np.array([start for _, start, _ in segments])
+    sizes = np.array([stop - start for _, start, stop in segments])
+    before = np.cumsum(sizes) - sizes  # positions in the concatenation before each segment
+    return np.repeat(starts - before, sizes) + np.arange(int(sizes.sum()))
