@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from bagpipe.harness.costmodel import Cluster, Workload, predict
+from bagpipe.harness.costmodel import Cluster, Flow, Pattern, Workload, flow_time_s, predict
 from bagpipe.harness.record import RunRecord, find_records
 from bagpipe.harness.report import SYSTEM_ORDER, latest_sweep
 
@@ -95,6 +95,9 @@ def project(records: Sequence[RunRecord], clusters: Sequence[Cluster]) -> pd.Dat
                 "projected_critical_ms": 1000 * got.critical_s,
                 "network_share": got.network_share,
                 "bytes_per_iter": sum(work.bytes_per_iter.values()),
+                "dense_params": work.dense_params,
+                "dense_allreduce_ms": 1000 * flow_time_s(
+                    Flow("allreduce", Pattern.RING), 4.0 * work.dense_params, cluster, 1.0),
                 **{f"lane_{lane}_ms": 1000 * s for lane, s in got.lanes_s.items()},
             })
     return pd.DataFrame(rows)
@@ -116,6 +119,33 @@ def measured_speedups(fig7_runs: Path) -> pd.DataFrame | None:
     return speedups(runs, "iter_time_mean_s", ["model"])
 
 
+def _differences(shown: pd.DataFrame) -> list[str]:
+    """What bounds the projected speedups, in numbers from the projection itself."""
+    by = shown.set_index(["model", "system"])
+    out = []
+    for model in dict.fromkeys(shown["model"]):
+        row = by.loc[(model, "bagpipe")]
+        out.append(
+            f"* {model}: the dense all-reduce alone takes {row['dense_allreduce_ms']:.1f} ms per "
+            f"iteration ({row['dense_params'] / 1e6:.2f} M dense parameters on the ring), against "
+            f"{row['projected_compute_ms']:.1f} ms of estimated GPU compute; Bagpipe's projected "
+            f"{row['projected_iter_ms']:.1f} ms is {100 * row['network_share']:.0f}% network.")
+    out += [
+        "* Every synchronous system pays that all-reduce on the critical path, so it bounds every "
+        "speedup: Bagpipe takes the embedding traffic off the critical path, not the dense "
+        "synchronisation. The larger the dense model relative to the embeddings moved, the "
+        "smaller Bagpipe's advantage (DLRM and DCN here, against W&D and DeepFM).",
+        "* HET is projected at or below Bagpipe: its communication thread takes all of its "
+        "embedding traffic off the critical path, which is what its bounded staleness buys (its "
+        "model is not the synchronous one; see the convergence report). Bagpipe keeps the rows "
+        "the next batch uses (sync now) on the critical path so that it stays exact.",
+        "* The paper's 5.6x is over its own baselines on its cluster and full-size tables; our "
+        "baselines pull only the unique rows of a batch, and 1%-size tables make rows repeat "
+        "more within a batch, which lowers the baselines' traffic and so Bagpipe's speedup.",
+    ]
+    return out
+
+
 def report(args: argparse.Namespace, write: Any, save_figure: Any, pyplot: Any) -> None:
     """The ``costmodel`` figure: projected iteration time per system and model, and the report."""
     sweep = args.sweep_dir or latest_sweep(args.multirun_root, "costmodel")
@@ -128,6 +158,9 @@ def report(args: argparse.Namespace, write: Any, save_figure: Any, pyplot: Any) 
     out_dir.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out_dir / "projection.csv", index=False)
     projected = speedups(frame, "projected_iter_ms", ["cluster", "model"])
+    projected = projected.reindex(  # the clusters in the order given, then models as run
+        [(c.name, m) for c in clusters for m in dict.fromkeys(frame["model"])
+         if (c.name, m) in projected.index])
     projected.reset_index().to_csv(out_dir / "projected_speedups.csv", index=False)
     measured = measured_speedups(args.results_dir / "fig7" / "runs.csv")
 
@@ -166,9 +199,11 @@ def report(args: argparse.Namespace, write: Any, save_figure: Any, pyplot: Any) 
             mrow = measured.loc[model]
             lines.append(f"| {model} | measured here (fig7) | " + " | ".join(
                 f"{mrow[c]:.2f}x" if c in mrow.index else "-" for c in projected.columns) + " |")
-    best = projected.max(axis=1).max()
+    best = projected.drop(columns=["local"], errors="ignore").max(axis=1).max()
     lines += ["", f"Largest projected speedup over any baseline: **{best:.2f}x** (the paper: "
-              "up to 5.6x).", ""]
+              "up to 5.6x).", "", "### Where the projection differs from the paper, and why", ""]
+    lines += _differences(shown)
+    lines.append("")
     write(args, "costmodel", "Projected speedups at the paper's scale", figure, lines,
           PAPER_CLAIM, [
               f"Inputs: sweep {sweep} (`suite=costmodel`: 8 trainers, batch 16384, the paper's "
