@@ -15,11 +15,15 @@ round ``r`` the planner reads batches up to ``last_step(r) + L``.
 
 How it is fast (per batch ``b`` with ``n`` unique ids; no per-row Python loop anywhere):
 
-* unique ids, counts and, for count-1 ids, the owning example come per column (``uniques``):
-  ``np.bincount`` for small tables, a sort of ``B`` packed ids for large ones;
+* unique ids, counts and, for count-1 ids, the owning trainer come per column (``uniques``), in
+  two blocks of a few numpy calls each: one ``np.bincount`` over all small-span columns, one
+  row-wise sort of int32 ``id << b | trainer`` keys for the rest; in ``plan()`` a worker thread
+  computes them for the next batches while this thread records and plans;
 * ``RowMap`` turns ids into dense int32 indices once per (step, id): small tables through a direct
-  array, the rest through a hash; per-row state lives in arrays over rows *seen* (grown by
-  doubling), and the window keeps per step only dense indices, owners and a flag (10 B per use);
+  array, the rest through a hash until 1/32 of a table's rows are seen, then through a direct
+  array too (one gather per array); per-row state lives in arrays over rows *seen* (grown by
+  doubling), and the window keeps per step only dense indices, owners and the positions of the
+  round's first uses;
 * every (step, id) use has a slot in a ``UseRing`` block holding its *next use*; reading batch
   ``b`` writes ``b`` into the slot of each id's previous use, found from one packed per-row
   ``(step, position)`` of its latest use. A step's ``sync_now`` is then ``next == i+1`` and its
