@@ -60,7 +60,7 @@ SENSITIVITIES: dict[str, Sensitivity] = {
                     (_ITER, ("samples_per_s", "samples / s", 1.0),
                      ("bytes_per_iter_allreduce", "all-reduce bytes / iteration (kB)", 1e-3))),
         Sensitivity("ablation", "system", "variant", "Bagpipe ablations", "E7",
-                    (_ITER, _STALL,
+                    (_ITER, _STALL, ("time_sync_s", "sync phase, ms / iteration", 1000.0),
                      ("bytes_per_iter_allreduce", "all-reduce bytes / iteration (kB)", 1e-3))),
     )
 }

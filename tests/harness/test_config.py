@@ -114,7 +114,7 @@ def test_ablation_suite_runs_the_full_design_and_each_single_ablation():
         assert cfg.system._target_ == "bagpipe.system.Bagpipe"
         assert cfg.system.lookahead == 20  # the variants extend bagpipe.yaml
         designs.add((cfg.system.sync_later, cfg.system.prefetch, cfg.system.partition))
-    assert len(jobs) == 4
+    assert len(jobs) == 4 * 3  # three seeds each
     assert designs == {
         (True, True, True), (False, True, True), (True, False, True), (True, True, False)
     }

@@ -16,7 +16,7 @@ from bagpipe.harness.sensitivity import SENSITIVITIES, figure, sweep_frame
 from bagpipe.harness.train import SUITES_DIR
 
 SWEPT = {"lookahead": 7, "capacity": 5, "cleanup": 4, "skew_sensitivity": 16, "scaling": 12,
-         "costmodel": 24, "ablation": 4}
+         "costmodel": 24, "ablation": 12}
 
 
 @pytest.fixture(scope="module", autouse=True)
