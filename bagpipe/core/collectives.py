@@ -91,7 +91,8 @@ class AllReduceHandle:
         self._tensors = tensors
         self._flat = _flatten(tensors)
         world = dist.get_world_size()
-        runtime.charge(kind, self._flat)
+        if world > 1:  # a group of one moves nothing
+            runtime.charge(kind, self._flat)
         self._work = dist.all_reduce(self._flat, op=dist.ReduceOp.SUM, async_op=True)
         size = runtime.nbytes(self._flat)
         network = runtime.current().network
@@ -121,7 +122,8 @@ def allreduce(
     """SUM all-reduce of ``tensors`` over the group, in place; returns them as a list."""
     tensors = _as_list(tensors)
     flat = _flatten(tensors)
-    runtime.charge(kind, flat)
+    if dist.get_world_size() > 1:  # a group of one moves nothing
+        runtime.charge(kind, flat)
     work = dist.all_reduce(flat, op=dist.ReduceOp.SUM, async_op=True)
     runtime.current().network.allreduce(runtime.nbytes(flat), dist.get_world_size())
     work.wait()
