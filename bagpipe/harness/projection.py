@@ -174,7 +174,7 @@ def report(args: argparse.Namespace, write: Any, save_figure: Any, pyplot: Any) 
         rows = rows.reindex([s for s in SYSTEM_ORDER if s in rows.index])
         ax.bar(rows.index, rows["projected_compute_ms"], label="compute (GPU estimate)")
         ax.bar(rows.index, rows["projected_iter_ms"] - rows["projected_compute_ms"],
-               bottom=rows["projected_compute_ms"], label="network on the critical path")
+               bottom=rows["projected_compute_ms"], label="network the iteration waits for")
         ax.set_title(model)
         ax.tick_params(axis="x", rotation=60)
     (axes if len(models) == 1 else axes[0]).set_ylabel(f"projected ms / iteration on {first}")
