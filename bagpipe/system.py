@@ -3,7 +3,7 @@
 Processes (one :class:`~bagpipe.core.cluster.Cluster`; the same code runs on one machine or many)::
 
     driver      the runner's process: splits each global batch, triggers the step on every trainer
-    oracle      OracleRole: plans over the same deterministic BatchSource the runner iterates, and
+    oracle      OracleRole: plans over the batches the runner will train (epoch after epoch), and
                 pushes every trainer its step and round plans ahead of time (at most ``lookahead``
                 steps ahead of training)
     server_s    BagpipeServerShard, s < S: rows ``id % S == s``, per-round read-after-write barrier
@@ -44,13 +44,12 @@ from bagpipe.core.cluster import Cluster
 from bagpipe.core.meter import StepRecord
 from bagpipe.core.roleref import RoleRef
 from bagpipe.core.system import ModelState, StepResult, System, TrainContext
-from bagpipe.data.source import BatchSource
 from bagpipe.models import table_dim
 from bagpipe.oracle.cacher import OracleCacher
 from bagpipe.oracle.config import OracleConfig
 from bagpipe.oracle.plan import RoundPlan, StepPlan
 from bagpipe.server import BagpipeServerShard
-from bagpipe.systems.start import SourceTail
+from bagpipe.systems.start import TrainingStream
 from bagpipe.trainer import BagpipeTrainer, Design, TrainerConfig
 
 Plan = StepPlan | RoundPlan
@@ -68,7 +67,7 @@ class OracleRole:
     """
 
     def __init__(
-        self, source: BatchSource, schema: DatasetSchema, config: OracleConfig,
+        self, source: TrainingStream, schema: DatasetSchema, config: OracleConfig,
         trainers: list[RoleRef], window_steps: int,
     ) -> None:
         self.source = source
@@ -186,7 +185,8 @@ class Bagpipe(System):
         # plans the stream from the resumed step on, which the roles number from 0.
         resume = ctx.resume.state if ctx.resume else None
         self._step_offset = ctx.resume.step if ctx.resume else 0
-        source = SourceTail(ctx.source, self._step_offset) if ctx.resume else ctx.source
+        end = ctx.num_steps if ctx.num_steps is not None else len(ctx.source)
+        source = TrainingStream(ctx.source, self._step_offset, end)
         servers = [f"server_{s}" for s in range(self.num_servers)]
         trainers = [f"trainer_{k}" for k in range(self.num_trainers)]
         cluster = Cluster(["oracle", *servers, *trainers], link=ctx.link)

@@ -114,13 +114,14 @@ def _kill_rows(
 def run(quick: bool) -> list[dict]:
     steps = 60 if quick else 2 * DEFAULT_CHECKPOINT_EVERY + 20
     every = 20 if quick else DEFAULT_CHECKPOINT_EVERY
+    batches = max(steps, every + every // 2 + every)  # the kill run's length too: no epoch wraps
     dataset = make_dataset(DatasetConfig(scale=0.001))
     eval_source = dataset.eval(BATCH, 2)
 
     def context() -> TrainContext:
         return TrainContext(
             schema=dataset.schema, model=paper_config("dlrm"), optim=OptimConfig(),
-            global_batch_size=BATCH, seed=0, source=dataset.train(BATCH, steps),
+            global_batch_size=BATCH, seed=0, source=dataset.train(BATCH, batches),
             link=LinkConfig(enabled=False),
         )
 

@@ -401,13 +401,20 @@ class Cluster:
                 self._failure = failure
 
     def _poll_children(self) -> None:
-        """Note the first role that died or wrote an error report (traceback appended)."""
-        for role, proc in self._procs.items():
+        """Note the first role that died or wrote an error report (traceback appended).
+
+        Deaths come first: a role killed outright takes its peers down with it (their calls to it
+        break and they write error reports), so the dead role is the cause to name.
+        """
+        dead = [role for role, proc in self._procs.items() if proc.exitcode is not None]
+        for role in [*dead, *(r for r in self._procs if r not in dead)]:
             report = self._error_dir / f"{role}.err" if self._error_dir else None
-            if report is not None and report.exists():
+            if report is not None and report.exists():  # its own traceback says most
                 self._record_failure(RoleFailedError(role, f"failed:\n{report.read_text()}"))
-            elif proc.exitcode is not None:
-                self._record_failure(RoleFailedError(role, _describe_exit(proc.exitcode)))
+            elif role in dead:
+                exitcode = self._procs[role].exitcode
+                assert exitcode is not None
+                self._record_failure(RoleFailedError(role, _describe_exit(exitcode)))
 
     def _heartbeat(self) -> None:
         for role in self.roles:

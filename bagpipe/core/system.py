@@ -62,6 +62,10 @@ class TrainContext:
     """Everything a system needs to set itself up; built by the runner, identical for all systems.
 
     ``resume`` is set only when the runner restarts a run from a checkpoint (``bagpipe.core.checkpoint``).
+    ``num_steps`` is how many steps the run trains (the runner sets it; the batch of step ``i`` is
+    ``source[i % len(source)]``); ``None``, for a system driven step by step outside the runner,
+    means one pass over ``source``. A system that plans ahead over the data needs it to know where
+    the stream ends.
     """
 
     schema: DatasetSchema
@@ -74,6 +78,7 @@ class TrainContext:
     meter: Meter = field(default_factory=Meter)
     workdir: Path = field(default_factory=lambda: Path("."))
     resume: ResumePoint | None = None
+    num_steps: int | None = None
 
 
 @dataclass

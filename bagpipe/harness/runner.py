@@ -170,6 +170,7 @@ def run_training(
                 )
             ctx = replace(ctx, resume=resume.resume_point())
             first_step = resume.step
+        ctx = replace(ctx, num_steps=cfg.num_steps)
         torch.manual_seed(ctx.seed)
         init_start = time.perf_counter()
         system.setup(ctx)

@@ -3,8 +3,8 @@
 Every system builds its tables and dense replicas through these functions (or, for a role that
 holds part of one table, :func:`start_table`), so a run restarted from a checkpoint starts from
 exactly the weights the interrupted run had, wherever the system keeps them. A system whose roles
-plan ahead over the data (Bagpipe's oracle) hands them :class:`SourceTail`, the stream from the
-resumed step on, and numbers its steps from there.
+plan ahead over the data (Bagpipe's oracle) hands them :class:`TrainingStream`, the batches the
+runner will train from the resumed step on, and numbers its steps from there.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from bagpipe.core.system import ModelState
 from bagpipe.data.source import BatchSource
 from bagpipe.models import ModelConfig, RecModel, build_dense_model, initial_table
 
-__all__ = ["SourceTail", "start_dense_model", "start_table", "start_tables"]
+__all__ = ["TrainingStream", "start_dense_model", "start_table", "start_tables"]
 
 
 def start_table(
@@ -57,28 +57,24 @@ def start_dense_model(
     return model
 
 
-class SourceTail:
-    """Batches ``first, first + 1, ...`` of ``source`` as a source of their own (index 0 = ``first``).
+class TrainingStream:
+    """The batches the runner trains at steps ``first .. end - 1``, in order.
 
-    Random access makes this free: a resumed run's planner sees exactly the stream the
-    interrupted run's planner saw from that step on.
+    The runner trains ``source[step % len(source)]`` at ``step``, over as many epochs as the run
+    is long; a role that plans ahead (Bagpipe's oracle) must see exactly that sequence, wrapping
+    at every epoch, and a resumed one must see it from the resumed step on. Random access makes
+    both free.
     """
 
-    def __init__(self, source: BatchSource, first: int) -> None:
-        if not 0 <= first <= len(source):
-            raise ValueError(f"resume step {first} is outside the source's {len(source)} batches")
+    def __init__(self, source: BatchSource, first: int, end: int) -> None:
+        if len(source) == 0:
+            raise ValueError("training source has no batches")
+        if not 0 <= first <= end:
+            raise ValueError(f"steps {first}..{end}: need 0 <= first <= end")
         self.source = source
         self.first = first
-        self.schema = source.schema
-        self.batch_size = source.batch_size
-
-    def __len__(self) -> int:
-        return len(self.source) - self.first
-
-    def __getitem__(self, index: int) -> Batch:
-        if not 0 <= index < len(self):
-            raise IndexError(f"batch {index} of a {len(self)}-batch tail")
-        return self.source[self.first + index]
+        self.end = end
 
     def __iter__(self) -> Iterator[Batch]:
-        return (self[i] for i in range(len(self)))
+        batches = len(self.source)
+        return (self.source[step % batches] for step in range(self.first, self.end))

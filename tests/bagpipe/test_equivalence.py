@@ -122,3 +122,34 @@ def test_ablation_matches_local_and_moves_its_cost(
         assert _total(stats, "rows_sync_now") + _total(stats, "rows_sync_later") > rows
         assert _total(stats, "bytes_allreduce") > _total(full, "bytes_allreduce")
         assert _total(stats, "rows_prefetched") > _total(full, "rows_prefetched")
+
+
+class _FinalState:
+    """Runner callback: the system's state when the run ends (before the runner closes it)."""
+
+    def __init__(self, system: System) -> None:
+        self.system = system
+        self.state: Any = None
+
+    def on_run_end(self, result: object) -> None:
+        self.state = self.system.full_state()
+
+
+def test_runs_longer_than_the_source_plan_every_epoch() -> None:
+    """The runner trains ``source[step % len]`` past the end of its source; the oracle must plan
+    that same wrapped stream (it used to stop at the source's end and leave trainers waiting)."""
+    from bagpipe.harness.runner import RunConfig, run_training
+
+    cfg = RunConfig(num_steps=2 * 6 + 3, eval_every=0, warmup_steps=0, progress=False)
+    eval_source = equivalence_context(SCHEMA, "dlrm", BATCH, 1, seed=9).source
+    finals = []
+    for system in (LocalSystem(), Bagpipe(num_trainers=2, num_servers=2, lookahead=4)):
+        final = _FinalState(system)
+        ctx = equivalence_context(SCHEMA, "dlrm", BATCH, 6, seed=3)  # 6 batches, 15 steps
+        run_training(system, ctx, eval_source, cfg, [final])
+        finals.append(final.state)
+    want, got = finals
+    for table in want.tables:
+        torch.testing.assert_close(got.tables[table], want.tables[table], rtol=1e-5, atol=1e-6)
+    for key in want.dense:
+        torch.testing.assert_close(got.dense[key], want.dense[key], rtol=1e-5, atol=1e-6)
