@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from bagpipe.harness.costmodel import Cluster, Flow, Pattern, Workload, flow_time_s, predict
-from bagpipe.harness.record import RunRecord, find_records
+from bagpipe.harness.record import RunRecord, find_records, param_value
 from bagpipe.harness.report import SYSTEM_ORDER, latest_sweep
 
 PAPER_CLAIM = "up to 5.6x faster training than state-of-the-art baselines (SOSP'23 abstract)"
@@ -30,20 +30,13 @@ DEFAULT_CLUSTERS = ("suites/costmodel/paper.yaml", "suites/costmodel/g5.yaml")
 
 def dense_params(params: dict[str, str]) -> int:
     """Parameters of the dense model a run trained, rebuilt from its recorded configuration."""
-    import ast
-
     from bagpipe.data import DatasetConfig, make_dataset
     from bagpipe.models import ModelConfig, build_dense_model
 
-    def value(text: str) -> Any:
-        try:
-            return ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            return text
-
-    model = {k[len("model."):]: value(v) for k, v in params.items() if k.startswith("model.")}
+    model = {k[len("model."):]: param_value(v) for k, v in params.items()
+             if k.startswith("model.")}
     model = {k: tuple(v) if isinstance(v, list) else v for k, v in model.items()}
-    dataset = {k[len("dataset."):]: value(v) for k, v in params.items()
+    dataset = {k[len("dataset."):]: param_value(v) for k, v in params.items()
                if k.startswith("dataset.")}
     schema = make_dataset(DatasetConfig(**dataset)).schema
     dense = build_dense_model(ModelConfig(**model), schema, seed=0)

@@ -10,6 +10,7 @@ resolved config, the mllog file, speedups). After an upload, ``mlflow_run.json``
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -52,6 +53,17 @@ class RunRecord:
     def load(cls, directory: Path) -> RunRecord:
         data: dict[str, Any] = json.loads((directory / RECORD_FILE).read_text())
         return cls(**data)
+
+
+def param_value(text: str | None) -> Any:
+    """A recorded param back as a value: params are stored as ``str(value)`` (MLflow's strings),
+    so ``"[0.01, 0.9]"`` is a list again, ``"None"`` is ``None``, and any other text stays text."""
+    if text is None:
+        return None
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
 
 
 def find_records(root: Path) -> list[Path]:

@@ -10,14 +10,13 @@ and writes ``results/<suite>/runs.csv`` and ``reports/<suite>.{png,md}``.
 from __future__ import annotations
 
 import argparse
-import ast
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
-from bagpipe.harness.record import RunRecord, find_records
+from bagpipe.harness.record import RunRecord, find_records, param_value
 from bagpipe.harness.report import SYSTEM_ORDER, latest_sweep
 
 
@@ -66,15 +65,6 @@ SENSITIVITIES: dict[str, Sensitivity] = {
 }
 
 
-def _value(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
 def sweep_frame(spec: Sensitivity, records: list[RunRecord]) -> pd.DataFrame:
     """One row per finished run: its system, the knob's (shown) value and the metrics."""
     rows = []
@@ -82,7 +72,7 @@ def sweep_frame(spec: Sensitivity, records: list[RunRecord]) -> pd.DataFrame:
         if record.status != "FINISHED":
             continue
         system = record.tags.get("system", "?")
-        knob = system if spec.knob == "system" else spec.shown(_value(record.params.get(spec.knob)))
+        knob = system if spec.knob == "system" else spec.shown(param_value(record.params.get(spec.knob)))
         rows.append({"system": system, spec.knob: "None" if knob is None else knob,
                      **{key: record.summary.get(key, float("nan")) * scale
                         for key, _, scale in spec.metrics}})

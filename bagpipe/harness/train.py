@@ -125,10 +125,10 @@ def execute(
     after the record is saved as ``KILLED``, so that the job can be requeued.
     """
     import torch
-    from hydra.utils import instantiate
+    from hydra.utils import get_class, instantiate
 
     from bagpipe.core.link import LinkConfig
-    from bagpipe.core.system import OptimConfig, TrainContext
+    from bagpipe.core.system import OptimConfig, System, TrainContext
     from bagpipe.data import DatasetConfig, make_dataset
     from bagpipe.harness.runner import Preempted, RunConfig, run_training
     from bagpipe.models import ModelConfig
@@ -169,8 +169,9 @@ def execute(
         model_cfg = ModelConfig(**_tupled(_plain(cfg.model)))
         train_source = dataset.train(int(run.batch_size), int(run.steps))
         eval_source = dataset.eval(int(run.batch_size), int(run.eval_batches))
-        system = instantiate(cfg.system, _convert_="all")
-        store = _checkpoint_store(cfg, paths, tags, type(system).supports_resume)
+        system_class = get_class(str(cfg.system._target_))
+        resumable = issubclass(system_class, System) and system_class.supports_resume
+        store = _checkpoint_store(cfg, paths, tags, resumable)
         ctx = TrainContext(
             schema=dataset.schema,
             model=model_cfg,
@@ -188,14 +189,13 @@ def execute(
                             warmup_steps=int(run.warmup_steps), progress=bool(run.progress),
                             checkpoint_every=int(run.checkpoint_every))
         if store is None:
-            result = run_training(system, ctx, eval_source, run_cfg, callbacks=[mllog, steps],
-                                  stop_requested=stop_requested)
+            result = run_training(instantiate(cfg.system, _convert_="all"), ctx, eval_source,
+                                  run_cfg, callbacks=[mllog, steps], stop_requested=stop_requested)
         else:
             from bagpipe.harness.recovery import run_with_recovery
 
-            systems = iter([system])
             result, _ = run_with_recovery(
-                lambda: next(systems, None) or instantiate(cfg.system, _convert_="all"),
+                lambda: instantiate(cfg.system, _convert_="all"),
                 ctx, eval_source, run_cfg, store, [mllog, steps],
                 max_restarts=int(run.max_restarts), stop_requested=stop_requested,
             )
@@ -246,7 +246,7 @@ def _checkpoint_store(
         )
     root = Path(cfg.run.checkpoint_dir) if cfg.run.checkpoint_dir else paths.run_dir / "checkpoints"
     ignored = ("run.steps", "run.progress", "run.checkpoint_every", "run.max_restarts",
-               "run.eval_every", "tracking.", "mllog.", "hydra.")
+               "run.eval_every", "tracking.", "mllog.")
     fingerprint = {key: value for key, value in _flat_params(cfg).items()
                    if not key.startswith(ignored)}
     return CheckpointStore(root, fingerprint=fingerprint)
