@@ -17,8 +17,7 @@ How it is fast (per batch ``b`` with ``n`` unique ids; no per-row Python loop an
 
 * unique ids, counts and, for count-1 ids, the owning trainer come per column (``uniques``), in
   two blocks of a few numpy calls each: one ``np.bincount`` over all small-span columns, one
-  row-wise sort of int32 ``id << b | trainer`` keys for the rest; in ``plan()`` a worker thread
-  computes them for the next batches while this thread records and plans;
+  row-wise sort of int32 ``id << b | trainer`` keys for the rest;
 * ``RowMap`` turns ids into dense int32 indices once per (step, id): small tables through a direct
   array, the rest through a hash until 1/32 of a table's rows are seen, then through a direct
   array too (one gather per array); per-row state lives in arrays over rows *seen* (grown by
@@ -31,7 +30,10 @@ How it is fast (per batch ``b`` with ``n`` unique ids; no per-row Python loop an
 * a round's rows are the uses whose previous use lies before the round (so they come out unique,
   without a union); the resident set is an array of dense indices with per-row latest use, stale
   owner and next use, so evictions, Belady's choice and the capacity check are masks over it;
-  sorted outputs come from sorting ids packed with their owner (no argsort, no gathers).
+  sorted outputs come from sorting ids packed with their owner (no argsort, no gathers);
+* two stages on two cores: in ``plan()`` a worker thread takes the next batches' unique ids and
+  their dense indices (the ``RowMap`` is the worker's alone) while this thread records the
+  previous batch's uses and plans.
 """
 
 from __future__ import annotations
@@ -57,8 +59,18 @@ from bagpipe.oracle.uniques import BatchUniques, batch_uniques
 BatchLike: TypeAlias = Batch | torch.Tensor | np.ndarray
 DIRECT_ROWS_MAX = 1 << 17  # tables up to this many rows map ids through a direct int32 array
 HASH_SLOTS = 1 << 20  # 16 MB: the hash grows only at rows seen >= 2**19
+AHEAD = 16  # batches the worker stage may prepare ahead, to keep working through a round plan
 MAX_TRAINERS = np.iinfo(np.int16).max  # owners are int16 in the window, 16-bit fields when sorted
 _POSITION_BITS = 32  # a row's latest use, packed: step << 32 | position in that step
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A batch as the worker stage hands it over: its unique ids and their dense indices."""
+
+    uniques: BatchUniques
+    rows: np.ndarray  # [n] int32 dense indices of ``uniques.ids``
+    rows_seen: int  # RowMap.size once this batch is indexed: per-row state must cover it
 
 
 @dataclass
@@ -170,12 +182,18 @@ class OracleCacher:
                 f"its table's range {self._table_first[column]}..{self._table_last[column]}"
             )
 
-    def ingest(self, batch: BatchLike) -> None:
-        """Read the next global batch of the stream."""
-        self._record(self._uniques(batch, self._ingested))
+    def _prepare(self, batch: BatchLike, step: int) -> _Prepared:
+        """The worker stage: batch ``step``'s unique ids and dense indices.
+
+        Batches must come in stream order, on one thread: the ``RowMap`` numbers new rows as it
+        meets them. The other stage only reads ``RowMap.ids`` of rows handed over already.
+        """
+        uniques = self._uniques(batch, step)
+        rows = self._rowmap.index(uniques.ids, uniques.columns, uniques.bounds)
+        return _Prepared(uniques, rows, self._rowmap.size)
 
     def _uniques(self, batch: BatchLike, step: int) -> BatchUniques:
-        """Batch ``step``'s unique ids, validated; reads no planner state, so any thread may run it."""
+        """Batch ``step``'s unique ids, validated."""
         matrix = self._matrix(batch)
         if matrix.ndim != 2:
             raise ValueError(f"batch {step}: expected a [B, F] id matrix, got shape {matrix.shape}")
@@ -194,12 +212,11 @@ class OracleCacher:
             self._check_ranges(uniques, step)
         return uniques
 
-    def _record(self, uniques: BatchUniques) -> None:
-        """Add the next batch's uses to the window (ids to rows, next uses, latest uses)."""
+    def _record(self, prepared: _Prepared) -> None:
+        """Add the next batch's uses to the window (next uses, latest uses)."""
         step = self._ingested
-        rows = self._rowmap.index(uniques.ids, uniques.columns, uniques.bounds)
-        once_owner = uniques.once_owner
-        self._ensure_rows(self._rowmap.size)
+        rows, once_owner = prepared.rows, prepared.uniques.once_owner
+        self._ensure_rows(prepared.rows_seen)
         previous = self._last_use.take(rows)
         previous_step = previous >> _POSITION_BITS
         self._ring.add(step, rows.size)
@@ -381,35 +398,36 @@ class OracleCacher:
         Planning time (ingestion included, the batch source's own time excluded) is in
         ``stats.planning_time_s``.
 
-        The unique ids of the next two batches are computed by a worker thread while this one
-        records a batch and plans (numpy releases the GIL), so a second core takes that share of
-        the work; it reads no planner state, so the plans do not depend on the timing. Time the
-        worker spends while this thread works is not planning time on the critical path and is
-        not counted.
+        The unique ids and dense indices of the next ``AHEAD`` batches are computed by a worker thread
+        while this one records a batch and plans (numpy releases the GIL), so a second core takes
+        that share of the work. The stages share no state but the ``RowMap``'s append-only ids,
+        so the plans do not depend on the timing. Time the worker spends while this thread works
+        is not planning time on the critical path and is not counted (``plan`` waits for it
+        otherwise).
         """
         if self._started:
             raise RuntimeError("an OracleCacher plans one stream; make a new one for another")
         self._started = True
-        with ThreadPoolExecutor(1, thread_name_prefix="oracle-uniques") as worker:
+        with ThreadPoolExecutor(1, thread_name_prefix="oracle-prepare") as worker:
             yield from self._plans(iter(batches), worker, flush)
 
     def _plans(
         self, source: Iterator[BatchLike], worker: ThreadPoolExecutor, flush: bool
     ) -> Iterator[StepPlan | RoundPlan]:
         cfg = self.config
-        ahead: deque[Future[BatchUniques]] = deque()  # the next batches' uniques, in order
+        ahead: deque[Future[_Prepared]] = deque()  # the next batches, in order
         exhausted = False
         taken = 0  # batches taken from the source
 
         def submit() -> None:
             nonlocal exhausted, taken
-            while not exhausted and len(ahead) < 2:
+            while not exhausted and len(ahead) < AHEAD:
                 try:
                     batch = next(source)
                 except StopIteration:
                     exhausted = True
                     return
-                ahead.append(worker.submit(self._uniques, batch, taken))
+                ahead.append(worker.submit(self._prepare, batch, taken))
                 taken += 1
 
         def read_until(step: int) -> None:
@@ -419,11 +437,11 @@ class OracleCacher:
                     self._num_steps = self._ingested
                     return
                 started = time.perf_counter()
-                uniques = ahead.popleft().result()
+                prepared = ahead.popleft().result()
                 self.stats.planning_time_s += time.perf_counter() - started
                 submit()  # the worker starts on the next batch before this one is recorded
                 started = time.perf_counter()
-                self._record(uniques)
+                self._record(prepared)
                 self.stats.planning_time_s += time.perf_counter() - started
 
         def timed(make, *args):  # type: ignore[no-untyped-def]

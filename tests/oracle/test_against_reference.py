@@ -134,9 +134,9 @@ def test_belady_choice_with_ids_beyond_32_bits(seed: int) -> None:
         assert got_stats.counts() == expected_stats.counts()
 
 
-def test_abandoned_plan_stops_its_uniques_worker() -> None:
+def test_abandoned_plan_stops_its_worker() -> None:
     def workers() -> list[threading.Thread]:
-        return [t for t in threading.enumerate() if t.name.startswith("oracle-uniques")]
+        return [t for t in threading.enumerate() if t.name.startswith("oracle-prepare")]
 
     plans = OracleCacher(None, 1, 4, 2).plan(skewed_stream(0, 12))
     next(plans)
