@@ -1,6 +1,10 @@
 """Run the benchmarks, print one table, and write ``results/bench/<name>.csv``.
 
-Usage: ``python -m bagpipe.bench [--quick] [--only data,oracle] [--out results/bench]``.
+A benchmark module that also defines ``report(frame, reports_dir)`` draws its figure and writes
+``reports/<name>.{png,md}`` from the same rows.
+
+Usage: ``python -m bagpipe.bench [--quick] [--only data,oracle] [--out results/bench]
+[--reports reports]``.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke check")
     parser.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated subset")
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
+    parser.add_argument("--reports", type=Path, default=Path("reports"))
     args = parser.parse_args(argv)
     console = Console()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -28,14 +33,16 @@ def main(argv: list[str] | None = None) -> None:
         if name not in BENCHMARKS:
             parser.error(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
         console.rule(f"bench: {name}")
-        rows = importlib.import_module(f"bagpipe.bench.{name}").run(quick=args.quick)
-        frame = pd.DataFrame(rows)
+        module = importlib.import_module(f"bagpipe.bench.{name}")
+        frame = pd.DataFrame(module.run(quick=args.quick))
         frame.to_csv(args.out / f"{name}.csv", index=False)
         table = Table(*[str(c) for c in frame.columns])
         for record in frame.itertuples(index=False):
             table.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in record])
         console.print(table)
         console.print(f"wrote {args.out / f'{name}.csv'}")
+        if hasattr(module, "report"):
+            console.print(f"wrote {', '.join(map(str, module.report(frame, args.reports)))}")
 
 
 if __name__ == "__main__":

@@ -37,13 +37,16 @@ import tracemalloc
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 from bagpipe.core.batch import Batch, DatasetSchema, batch_from_arrays
 from bagpipe.core.system import OptimConfig, TrainContext
 from bagpipe.data.presets import CRITEO_KAGGLE, TableSpec
+from bagpipe.harness.workspace import git_sha, machine
 from bagpipe.models import ModelConfig, build_dense_model
 from bagpipe.oracle import CapacityError, OracleCacher
 from bagpipe.systems.local import LocalSystem
@@ -402,3 +405,77 @@ def run(quick: bool) -> list[dict]:
                 "x",
             )
     return rows
+
+
+TARGET_SHARE = 0.05  # TARGETS.md: planning time per batch <= 5% of the iteration time
+
+
+def report(frame: pd.DataFrame, reports_dir: Path) -> list[Path]:
+    """``reports/oracle.{png,md}``: planning time per batch of each variant beside 5% of the two
+    iterations, and the ratios the targets are stated in."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    def value(variant: str, metric: str) -> float | None:
+        found = frame[(frame.variant == variant) & (frame.metric == metric)].value
+        return float(found.iloc[0]) if len(found) else None
+
+    capped = next((v for v in frame.variant.unique() if v.startswith("oracle_cacher_capacity")), "")
+    capped_share = value(capped, "capacity_over_uncapped_peak") or float("nan")
+    bars = []
+    for label, variant in (
+        ("OracleCacher, whole stream", "oracle_cacher"),
+        ("OracleCacher, steady state", "oracle_cacher_steady"),
+        (f"OracleCacher, capacity {capped_share:.2f}x peak", capped),
+        ("original (dense arrays) + unique", "original_dense_numpy_with_unique"),
+    ):
+        for clock in ("wall", "cpu"):
+            ms = value(variant, f"ms_per_batch_{clock}")
+            if ms is not None:
+                bars.append({"variant": label, "clock": clock, "ms per batch": ms})
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    sns.barplot(pd.DataFrame(bars), y="variant", x="ms per batch", hue="clock", ax=ax)
+    iterations = frame[frame.metric == "iteration_ms"]
+    for (variant, ms), style in zip(iterations[["variant", "value"]].values, ("--", ":"), strict=False):
+        ax.axvline(TARGET_SHARE * ms, color="k", linestyle=style, label=f"5% of {variant}")
+    ax.set_ylabel("")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.4, -0.18), ncol=2)
+    ax.set_title("Oracle planning per batch (Kaggle-shaped, B=16384, L=200, T=8)", fontsize=10)
+    reports_dir.mkdir(parents=True, exist_ok=True)
+    figure = reports_dir / "oracle.png"
+    fig.tight_layout()
+    fig.savefig(figure, dpi=130)
+    plt.close(fig)
+
+    rows = ["| variant | metric | value | unit |", "|---|---|---|---|"]
+    for record in frame.itertuples(index=False):
+        rows.append(f"| {record.variant} | {record.metric} | {record.value:.4g} | {record.unit} |")
+    text = [
+        "# oracle: planning throughput against the original and against the iteration",
+        "",
+        f"![oracle]({figure.name})",
+        "",
+        *rows,
+        "",
+        "## Targets (TARGETS.md)",
+        "",
+        "* Planning time per batch <= 5% of the training iteration time of the same configuration.",
+        "* At least the original implementation's speed on the same stream, while also enforcing "
+        "the capacity and keeping memory proportional to rows seen; >= 1 M unique ids/s per core.",
+        "",
+        "## Setting and provenance",
+        "",
+        f"* {frame.batches.iloc[0]} batches of {frame.batch_size.iloc[0]}, L = "
+        f"{frame.lookahead.iloc[0]}, T = {frame.trainers.iloc[0]}; what each row measures: the "
+        "docstring of `bagpipe/bench/oracle.py`.",
+        f"* Machine: {machine()}",
+        f"* Commit: {git_sha(Path.cwd())}",
+        "* Regenerate: `nox -s bench -- --only oracle`.",
+        "",
+    ]
+    path = reports_dir / "oracle.md"
+    path.write_text("\n".join(text))
+    return [figure, path]
