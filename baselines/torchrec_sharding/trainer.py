@@ -220,7 +220,10 @@ class TorchRecTrainer:
         return CombinedOptimizer(optimizers)
 
     def _replicated_grad_bytes(self) -> int:
-        """Bytes DDP all-reduces per step: dense parameters plus data-parallel tables."""
+        """Bytes DDP all-reduces per step: dense parameters plus data-parallel tables (none in a
+        group of one, which moves nothing; as ``collectives.allreduce`` charges)."""
+        if self.world == 1:
+            return 0
         total = sum(p.numel() * p.element_size() for p in self.dense.parameters())
         for layout in self.layouts:
             if layout.sharding_type == "data_parallel":

@@ -130,6 +130,13 @@ def test_table_wise_alltoall_bytes_follow_the_formula() -> None:
     assert run.stats["rows_per_rank"] == [100, 100]
 
 
+def test_one_rank_moves_no_bytes() -> None:
+    run = _train(TorchRecSharding(1, sharding="table_wise"), DLRM, stop=2)
+    for record in run.records:
+        assert record.bytes_sent.get(str(LinkKind.ALLREDUCE), 0) == 0
+        assert record.bytes_sent.get(str(LinkKind.ALLTOALL), 0) == 0
+
+
 def test_pipeline_with_dcn_equals_local() -> None:
     run = _train(TorchRecSharding(2, sharding="table_wise", use_pipeline=True), DCN)
     _assert_equals_local(run, DCN)
