@@ -85,10 +85,10 @@ def read_examples(
     for block in _raw_blocks(kind, paths, skip_bad_rows, stats):
         if block.labels is None:
             raise ValueError(f"{path}: no labels (a test file?); a training dataset needs them")
-        ids = np.empty(block.keys.shape, dtype=np.int64)
+        ids = np.empty(block.keys.shape[::-1], dtype=np.int64)  # column-major, like the keys
         for f, rows in enumerate(sizes):
             keys, missing = block.keys[:, f], block.key_missing[:, f]
-            ids[:, f] = (vocabularies[f].lookup(keys, missing) if vocabularies is not None
-                         else keys_to_rows(keys, missing, rows, reserve_missing))
-        parts.append(Examples.from_raw(block.labels, block.dense_raw, block.dense_missing, ids))
+            ids[f] = (vocabularies[f].lookup(keys, missing) if vocabularies is not None
+                      else keys_to_rows(keys, missing, rows, reserve_missing))
+        parts.append(Examples.from_raw(block.labels, block.dense_raw, block.dense_missing, ids.T))
     return Examples.concat(parts, num_dense, num_features), sizes, stats

@@ -1,16 +1,23 @@
 """Streaming, chunked readers for Criteo (Kaggle ``train.txt``/``test.txt``, Terabyte ``day_N``
 plain or ``.gz``), Avazu CSV and Bagpipe's JSON lines.
 
-The text readers run on pyarrow's streaming CSV reader (``open_csv``, one block of ``block_bytes``
-at a time, never the whole file), read every column as a string and validate it with vectorised
-checks, so a bad cell is found without per-cell Python and mapped back to its physical line:
+The text readers cut the input into segments of whole lines (``segments``: never the whole file in
+memory), parse each with pyarrow's CSV reader on a small thread pool and validate every cell with
+vectorised checks, so a bad cell is found without per-cell Python and mapped back to its physical
+line:
 
-* wrong column count -> pyarrow's ``invalid_row_handler`` (the threaded reader does not number
-  rows, so the error path rescans the file for the line);
+* wrong column count -> pyarrow's ``invalid_row_handler`` (it numbers rows within the segment);
 * a non-integer dense value or label, bad hex, a truncated compressed stream -> our checks.
 
+Criteo's label and integer columns take a fast path: when a segment holds nothing but digits, hex
+letters, ``-``, tabs and newlines, pyarrow parses them as int64 directly (on such bytes its CSV
+integer parser accepts exactly what the string -> int64 cast of the checked path accepts: no
+whitespace to trim, no ``0x`` prefix). Any other segment, or one whose conversion fails, is parsed
+again as strings and checked cell by cell as before. Categorical columns are read as binary (no UTF-8
+pass) and decoded by ``codec.parse_hex``.
+
 By default a malformed row raises ``DataFormatError`` naming the file and line, before any row of its
-chunk is handed out. With ``skip_bad_rows=True`` such rows are dropped and counted in
+segment is handed out. With ``skip_bad_rows=True`` such rows are dropped and counted in
 ``ReadStats.bad_rows``; nothing partial is ever used. A truncated stream always raises (its tail
 is unknowable).
 
@@ -23,7 +30,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,11 +42,13 @@ from bagpipe.data.codec import parse_hex
 from bagpipe.data.errors import DataFormatError
 from bagpipe.data.examples import Examples
 from bagpipe.data.presets import AVAZU_FIELDS, AVAZU_HEX_FIELDS
+from bagpipe.data.segments import Segment, iter_segments, ordered_map
 
 CRITEO_NUM_DENSE = 13
 CRITEO_NUM_CATEGORICAL = 26
 AVAZU_COLUMNS = ("id", "click", "hour", *AVAZU_FIELDS)
-DEFAULT_BLOCK_BYTES = 1 << 24  # ~60k Criteo rows per chunk
+DEFAULT_BLOCK_BYTES = 1 << 22  # ~17k Criteo rows per segment: parsed within the CPU caches
+_INT_FAST_PATH_BYTES = b"\t\n\r-0123456789abcdefABCDEF"  # see the module docstring
 
 
 @dataclass
@@ -55,7 +64,9 @@ class RawBlock:
     """Parsed rows before the categorical mapping.
 
     ``keys``/``key_missing`` are ``[N, F]``; ``extra`` holds format-specific columns (Avazu ``id``
-    as uint64 and ``hour`` as int64).
+    as uint64 and ``hour`` as int64). The readers fill them one column at a time, so ``keys``,
+    ``key_missing``, ``dense_raw`` and ``dense_missing`` are column-major (Fortran order): a column
+    ``[:, f]`` is contiguous for the mapper, which also works column by column.
     """
 
     labels: np.ndarray | None
@@ -70,9 +81,10 @@ class RawBlock:
 
 
 def _parse_ints(
-    column: pa.Array, dtype: pa.DataType | None = None
+    column: pa.Array | pa.ChunkedArray, dtype: pa.DataType | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Decimal strings -> ``(values, missing, bad)`` (int64 unless ``dtype``); empty = missing (0)."""
+    """Decimal strings (or integers the CSV reader already parsed) -> ``(values, missing, bad)``
+    (int64 unless ``dtype``); empty = missing (0)."""
     dtype = dtype if dtype is not None else pa.int64()
     missing = column.is_null().to_numpy(zero_copy_only=False)
     try:
@@ -100,87 +112,80 @@ def _parse_ints(
 
 
 class _RowChecker:
-    """Collects per-row problems of one chunk and either raises or drops the rows."""
+    """Collects per-row problems of one segment and either raises or drops the rows."""
 
-    def __init__(self, path: str, first_line: int, num_rows: int) -> None:
+    def __init__(self, path: str, segment: Segment, num_rows: int, invalid: list[tuple[int, str]]) -> None:
         self.path = path
-        self.first_line = first_line
+        self.segment = segment
+        self.invalid = invalid  # (pyarrow row number, reason): rows it skipped for their width
         self.bad = np.zeros(num_rows, dtype=bool)
         self.reasons: list[tuple[int, str]] = []
 
-    def flag(self, bad: np.ndarray, what: str, column: pa.Array) -> None:
+    def flag(self, bad: np.ndarray, what: str, column: pa.Array | pa.ChunkedArray) -> None:
         if bad.any():
             row = int(np.argmax(bad))
-            self.reasons.append((row, f"{what} {column[row].as_py()!r}"))
+            value = column[row].as_py()
+            value = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            self.reasons.append((row, f"{what} {value!r}"))
             self.bad |= bad
 
-    def finish(self, skip: bool, stats: ReadStats) -> np.ndarray | None:
-        """Row mask to keep (``None`` = all); raises on the first bad row unless skipping."""
-        if not self.bad.any():
-            return None
+    def finish(self, skip: bool) -> tuple[np.ndarray | None, int]:
+        """``(row mask to keep or None for all, rows dropped)``; raises on the first bad line unless
+        skipping."""
+        if not self.invalid and not self.bad.any():
+            return None, 0
         if not skip:
-            row, reason = min(self.reasons)
-            raise DataFormatError(self.path, self.first_line + row, reason)
-        stats.bad_rows += int(self.bad.sum())
-        return ~self.bad
+            lines = self.segment.nonempty_lines()
+            is_row = np.ones(lines.size, dtype=bool)  # lines whose row is in the parsed table
+            is_row[[number - 1 for number, _ in self.invalid]] = False
+            is_row[0] &= not self.segment.has_header
+            problems = [(int(lines[number - 1]), reason) for number, reason in self.invalid]
+            problems += [(int(lines[is_row][row]), reason) for row, reason in self.reasons]
+            line, reason = min(problems)
+            raise DataFormatError(self.path, line, reason)
+        return ~self.bad, len(self.invalid) + int(self.bad.sum())
 
 
-def _iter_batches(
-    path: str,
-    column_names: Sequence[str],
-    delimiter: str,
-    skip_header: bool,
-    block_bytes: int,
-    skip_bad_rows: bool,
-    stats: ReadStats,
-) -> Iterator[tuple[int, pa.RecordBatch]]:
-    """``(first_line, batch)`` of all-string columns; column-count errors raise or are counted."""
-    bad_lines: list[tuple[int | None, str]] = []
+ColumnTypes = dict[str, pa.DataType]
+
+
+def _read_segment(
+    path: str, segment: Segment, column_names: Sequence[str], delimiter: str,
+    types: ColumnTypes, fast_types: ColumnTypes | None,
+) -> tuple[pa.Table, list[tuple[int, str]]]:
+    """Parse one segment: ``(table, rows skipped for their width as (row number, reason))``.
+
+    ``fast_types`` are tried first when the segment's bytes allow it (module docstring), else and on
+    a conversion failure ``types``.
+    """
+    invalid: list[tuple[int, str]] = []
 
     def on_invalid(row: pa_csv.InvalidRow) -> str:
-        bad_lines.append((row.number, f"expected {row.expected_columns} fields, got {row.actual_columns}"))
+        invalid.append((row.number, f"expected {row.expected_columns} fields, got {row.actual_columns}"))
         return "skip"
 
-    next_line = 2 if skip_header else 1
-    try:
-        reader = pa_csv.open_csv(
-            path,
-            read_options=pa_csv.ReadOptions(column_names=list(column_names), block_size=block_bytes,
-                                            skip_rows=1 if skip_header else 0, use_threads=True),
+    def parse(column_types: ColumnTypes) -> pa.Table:
+        invalid.clear()
+        return pa_csv.read_csv(
+            pa.BufferReader(segment.data),
+            read_options=pa_csv.ReadOptions(column_names=list(column_names), use_threads=False,
+                                            block_size=len(segment.data) + 1,
+                                            skip_rows=1 if segment.has_header else 0),
             parse_options=pa_csv.ParseOptions(delimiter=delimiter, quote_char=False,
                                               invalid_row_handler=on_invalid),
-            convert_options=pa_csv.ConvertOptions(column_types=dict.fromkeys(column_names, pa.string()),
-                                                  strings_can_be_null=True, null_values=[""]),
+            convert_options=pa_csv.ConvertOptions(column_types=column_types, strings_can_be_null=True,
+                                                  null_values=[""]),
         )
-    except (OSError, pa.ArrowInvalid) as err:
-        raise DataFormatError(path, next_line, f"unreadable input (truncated or corrupt?): {err}") from err
-    while True:
+
+    if fast_types is not None and not segment.data.translate(None, _INT_FAST_PATH_BYTES):
         try:
-            batch = reader.read_next_batch()
-        except StopIteration:
-            break
-        except (OSError, pa.ArrowInvalid) as err:
-            raise DataFormatError(path, next_line + len(bad_lines),
-                                  f"unreadable input (truncated or corrupt?): {err}") from err
-        if bad_lines:
-            if not skip_bad_rows:
-                numbered = [(line, reason) for line, reason in bad_lines if line is not None]
-                line, reason = min(numbered) if numbered else (
-                    _first_line_with_wrong_width(path, delimiter, len(column_names)), bad_lines[0][1])
-                raise DataFormatError(path, line, reason)
-            stats.bad_rows += len(bad_lines)
-            bad_lines.clear()
-        yield next_line, batch
-        next_line += batch.num_rows
-
-
-def _first_line_with_wrong_width(path: str, delimiter: str, num_fields: int) -> int | None:
-    """Error path only: pyarrow's threaded reader does not number invalid rows, so scan for it."""
-    with _open_text(path) as handle:
-        for number, text in enumerate(handle, start=1):
-            if text.rstrip("\r\n").count(delimiter) != num_fields - 1:
-                return number
-    return None
+            return parse(fast_types), invalid
+        except pa.ArrowInvalid:
+            pass  # a value the int64 parser refuses: the checked path names it
+    try:
+        return parse(types), invalid
+    except pa.ArrowInvalid as err:
+        raise DataFormatError(path, segment.first_line, f"unreadable input (corrupt?): {err}") from err
 
 
 def _keep(block: RawBlock, keep: np.ndarray | None) -> RawBlock:
@@ -193,11 +198,40 @@ def _keep(block: RawBlock, keep: np.ndarray | None) -> RawBlock:
     )
 
 
-def _parse_label(batch: pa.RecordBatch, name: str, checker: _RowChecker) -> np.ndarray:
-    column = batch.column(name)
+def _parse_label(table: pa.Table, name: str, checker: _RowChecker) -> np.ndarray:
+    column = table.column(name)
     values, missing, bad = _parse_ints(column)
     checker.flag(bad | missing | ((values != 0) & (values != 1)), f"label {name} is not 0/1:", column)
     return values.astype(np.int8)
+
+
+def _read_blocks(
+    path: str,
+    column_names: Sequence[str],
+    delimiter: str,
+    skip_header: bool,
+    block_bytes: int,
+    skip_bad_rows: bool,
+    stats: ReadStats,
+    types: ColumnTypes,
+    fast_types: ColumnTypes | None,
+    decode: Callable[[pa.Table, _RowChecker], RawBlock],
+) -> Iterator[RawBlock]:
+    """Every segment parsed and ``decode``d on the reader threads; blocks (bad rows dropped or
+    raised) in file order."""
+
+    def work(segment: Segment) -> tuple[RawBlock, int]:
+        table, invalid = _read_segment(path, segment, column_names, delimiter, types, fast_types)
+        table = table.combine_chunks()
+        checker = _RowChecker(path, segment, table.num_rows, invalid)
+        block = decode(table, checker)
+        keep, dropped = checker.finish(skip_bad_rows)
+        return _keep(block, keep), dropped
+
+    for block, dropped in ordered_map(work, iter_segments(path, block_bytes, skip_header)):
+        stats.bad_rows += dropped
+        stats.rows += len(block)
+        yield block
 
 
 def iter_criteo_tsv(
@@ -212,30 +246,32 @@ def iter_criteo_tsv(
 
     ``has_label=False`` reads Kaggle's ``test.txt`` (39 fields). A ``.gz`` path is decompressed.
     """
-    stats = stats if stats is not None else ReadStats()
     dense_names = [f"int_{i}" for i in range(CRITEO_NUM_DENSE)]
     cat_names = [f"cat_{i}" for i in range(CRITEO_NUM_CATEGORICAL)]
-    names = (["label"] if has_label else []) + dense_names + cat_names
-    for first_line, batch in _iter_batches(path, names, "\t", False, block_bytes, skip_bad_rows, stats):
-        n = batch.num_rows
-        checker = _RowChecker(path, first_line, n)
-        labels = _parse_label(batch, "label", checker) if has_label else None
-        dense = np.empty((n, CRITEO_NUM_DENSE), dtype=np.int64)
-        dense_missing = np.empty((n, CRITEO_NUM_DENSE), dtype=bool)
+    int_names = (["label"] if has_label else []) + dense_names
+    cat_types = dict.fromkeys(cat_names, pa.binary())
+    types = {**dict.fromkeys(int_names, pa.string()), **cat_types}
+    fast_types = {**dict.fromkeys(int_names, pa.int64()), **cat_types}
+
+    def decode(table: pa.Table, checker: _RowChecker) -> RawBlock:
+        n = table.num_rows
+        labels = _parse_label(table, "label", checker) if has_label else None
+        dense = np.empty((CRITEO_NUM_DENSE, n), dtype=np.int64)  # column-major: see RawBlock
+        dense_missing = np.empty((CRITEO_NUM_DENSE, n), dtype=bool)
         for j, name in enumerate(dense_names):
-            column = batch.column(name)
-            dense[:, j], dense_missing[:, j], bad = _parse_ints(column)
+            column = table.column(name)
+            dense[j], dense_missing[j], bad = _parse_ints(column)
             checker.flag(bad, f"integer feature {name} is not an integer:", column)
-        keys = np.empty((n, CRITEO_NUM_CATEGORICAL), dtype=np.uint64)
-        key_missing = np.empty((n, CRITEO_NUM_CATEGORICAL), dtype=bool)
+        keys = np.empty((CRITEO_NUM_CATEGORICAL, n), dtype=np.uint64)
+        key_missing = np.empty((CRITEO_NUM_CATEGORICAL, n), dtype=bool)
         for f, name in enumerate(cat_names):
-            column = batch.column(name)
-            keys[:, f], key_missing[:, f], bad = parse_hex(column)
+            column = table.column(name)
+            keys[f], key_missing[f], bad = parse_hex(column)
             checker.flag(bad, f"categorical {name} is not hex:", column)
-        keep = checker.finish(skip_bad_rows, stats)
-        block = _keep(RawBlock(labels, dense, dense_missing, keys, key_missing), keep)
-        stats.rows += len(block)
-        yield block
+        return RawBlock(labels, dense.T, dense_missing.T, keys.T, key_missing.T)
+
+    yield from _read_blocks(path, int_names + cat_names, "\t", False, block_bytes, skip_bad_rows,
+                            stats if stats is not None else ReadStats(), types, fast_types, decode)
 
 
 def _open_text(path: str) -> io.TextIOBase:
@@ -268,35 +304,34 @@ def iter_avazu_csv(
     """Avazu CSV with header. The 21 categorical fields become keys (hex fields parsed as hex,
     integer fields as integers); ``id`` (uint64, may exceed int64) and ``hour`` (YYMMDDHH) go to
     ``extra``. Avazu has no dense features (``dense_raw`` is ``[N, 0]``)."""
-    stats = stats if stats is not None else ReadStats()
     header = avazu_header(path)
     has_label = "click" in header
-    for first_line, batch in _iter_batches(path, header, ",", True, block_bytes, skip_bad_rows, stats):
-        n = batch.num_rows
-        checker = _RowChecker(path, first_line, n)
-        labels = _parse_label(batch, "click", checker) if has_label else None
-        ids, id_missing, bad = _parse_ints(batch.column("id"), pa.uint64())
-        checker.flag(bad | id_missing, "id is not an unsigned 64-bit integer:", batch.column("id"))
-        hours, hour_missing, bad = _parse_ints(batch.column("hour"))
-        checker.flag(bad | hour_missing, "hour is not YYMMDDHH:", batch.column("hour"))
-        keys = np.empty((n, len(AVAZU_FIELDS)), dtype=np.uint64)
-        key_missing = np.empty((n, len(AVAZU_FIELDS)), dtype=bool)
+
+    def decode(table: pa.Table, checker: _RowChecker) -> RawBlock:
+        n = table.num_rows
+        labels = _parse_label(table, "click", checker) if has_label else None
+        ids, id_missing, bad = _parse_ints(table.column("id"), pa.uint64())
+        checker.flag(bad | id_missing, "id is not an unsigned 64-bit integer:", table.column("id"))
+        hours, hour_missing, bad = _parse_ints(table.column("hour"))
+        checker.flag(bad | hour_missing, "hour is not YYMMDDHH:", table.column("hour"))
+        keys = np.empty((len(AVAZU_FIELDS), n), dtype=np.uint64)  # column-major: see RawBlock
+        key_missing = np.empty((len(AVAZU_FIELDS), n), dtype=bool)
         for f, name in enumerate(AVAZU_FIELDS):
-            column = batch.column(name)
+            column = table.column(name)
             if name in AVAZU_HEX_FIELDS:
-                keys[:, f], key_missing[:, f], bad = parse_hex(column)
+                keys[f], key_missing[f], bad = parse_hex(column)
                 checker.flag(bad, f"field {name} is not hex:", column)
             else:
-                values, key_missing[:, f], bad = _parse_ints(column)
-                keys[:, f] = values.view(np.uint64)
+                values, key_missing[f], bad = _parse_ints(column)
+                keys[f] = values.view(np.uint64)
                 checker.flag(bad, f"field {name} is not an integer:", column)
-        keep = checker.finish(skip_bad_rows, stats)
         empty = np.zeros((n, 0), dtype=np.int64)
-        block = RawBlock(labels, empty, empty.astype(bool), keys, key_missing,
-                         {"id": ids.astype(np.uint64), "hour": hours})
-        block = _keep(block, keep)
-        stats.rows += len(block)
-        yield block
+        return RawBlock(labels, empty, empty.astype(bool), keys.T, key_missing.T,
+                        {"id": ids.astype(np.uint64), "hour": hours})
+
+    yield from _read_blocks(path, header, ",", True, block_bytes, skip_bad_rows,
+                            stats if stats is not None else ReadStats(),
+                            dict.fromkeys(header, pa.string()), None, decode)
 
 
 def _jsonl_record(text: str, num_dense: int, table_sizes: Sequence[int]) -> tuple[float, list, list]:
