@@ -1,7 +1,9 @@
 """In-process systems and the training math all systems share.
 
 ``local`` (:class:`LocalSystem`) is the synchronous single-process reference; ``common`` holds the
-per-slice forward/backward, loss and SGD conventions every distributed system reuses.
+per-slice forward/backward, loss and SGD conventions every distributed system reuses; ``start`` the
+initial (or resumed) weights; ``parameter_server`` (:class:`ParameterServerSystem`) the driver side
+of the systems built from server shards and trainers (``sync_ps``, HET, FAE).
 """
 
 from bagpipe.systems.common import (
@@ -15,9 +17,11 @@ from bagpipe.systems.common import (
     unique_rows,
 )
 from bagpipe.systems.local import LocalSystem
+from bagpipe.systems.parameter_server import ParameterServerSystem
 
 __all__ = [
     "LocalSystem",
+    "ParameterServerSystem",
     "SliceGradients",
     "bce_loss_sum",
     "forward_backward",

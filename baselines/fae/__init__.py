@@ -2,9 +2,9 @@
 
 ``hotset`` (sampled access counts, threshold search / top-N under a budget), ``layout`` (input
 classification, re-packing into all-hot and all-cold mini-batches, the cached plan) and
-``scheduler`` (the Shuffle Scheduler) are the offline and scheduling logic; ``roles`` (server
-shards, trainers with a hot-row replica) and ``system`` (the :class:`FAE` plugin, entry point
-``fae``) run them as processes.
+``scheduler`` (the Shuffle Scheduler) are the offline and scheduling logic; ``roles`` (trainers
+with a hot-row replica, over the shared embedding-server shards) and ``system`` (the :class:`FAE`
+plugin, entry point ``fae``) run them as processes.
 """
 
 from baselines.fae.hotset import HotSet, choose_hot_rows, sample_access_counts

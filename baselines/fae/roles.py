@@ -1,5 +1,5 @@
-"""FAE's role processes: embedding-server shards (the "CPU" master copy) and trainers with a replica
-of the hot rows in their "fast" memory.
+"""FAE's trainer role: a replica of the hot rows in its "fast" memory, over plain
+:class:`~bagpipe.core.embedding_server.EmbeddingServer` shards (the "CPU" master copy).
 
 * **Hot step**: lookups go to the trainer's replica (global id -> hot slot); the hot rows'
   gradients are all-reduced together with the dense gradients (one flat SUM all-reduce of the
@@ -25,38 +25,11 @@ from bagpipe.core.cluster import GroupSpec
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
 from bagpipe.core.roleref import RoleRef
 from bagpipe.core.system import OptimConfig
-from bagpipe.models import ModelConfig, build_dense_model, initial_tables
-from bagpipe.systems.common import forward_backward, sgd_dense_, sgd_rows_, unique_rows
+from bagpipe.models import ModelConfig, build_dense_model
+from bagpipe.systems.common import forward_backward, sgd_dense_, unique_rows
 from baselines.fae.scheduler import COLD, HOT
 
-__all__ = ["FaeServerShard", "FaeTrainer"]
-
-
-class FaeServerShard:
-    """One shard of every table: the authoritative rows outside hot phases."""
-
-    def __init__(
-        self, shard: int, num_shards: int, schema: DatasetSchema, dim: int, seed: int
-    ) -> None:
-        tables = initial_tables(schema, dim, seed)
-        full = torch.cat([tables[name] for name in schema.table_names])
-        self.global_ids = torch.arange(shard, len(full), num_shards)
-        self.weights = full[self.global_ids].clone()
-
-    def fetch(self, local_rows: torch.Tensor, dst: str) -> torch.Tensor:
-        rows = self.weights[local_rows]
-        runtime.delay(dst, rows)
-        return rows
-
-    def apply_grads(self, local_rows: torch.Tensor, grads: torch.Tensor, lr: float) -> None:
-        sgd_rows_(self.weights, local_rows, grads, lr)
-
-    def write(self, local_rows: torch.Tensor, rows: torch.Tensor) -> None:
-        self.weights[local_rows] = rows
-
-    def rows(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(global ids, rows)`` of this shard."""
-        return self.global_ids, self.weights.clone()
+__all__ = ["FaeTrainer"]
 
 
 class FaeTrainer:
@@ -102,14 +75,12 @@ class FaeTrainer:
         return [torch.nonzero(owner == s).flatten() for s in range(len(self.servers))]
 
     def _fetch(self, ids: torch.Tensor, kind: LinkKind) -> torch.Tensor:
-        shards = len(self.servers)
         me = runtime.current().role
         positions = self._by_shard(ids)
         futures = []
         for s, mine in enumerate(positions):
-            local = ids[mine] // shards
-            runtime.transfer(self.server_roles[s], kind, local)
-            futures.append(self.servers[s].rpc_async().fetch(local, me))
+            runtime.transfer(self.server_roles[s], kind, ids[mine])
+            futures.append(self.servers[s].rpc_async().fetch_rows(ids[mine], me))
         out = torch.empty(len(ids), self.dim)
         for mine, future in zip(positions, futures, strict=True):
             rows = future.wait()
@@ -118,17 +89,17 @@ class FaeTrainer:
         return out
 
     def _send(self, ids: torch.Tensor, rows: torch.Tensor, kind: LinkKind, method: str) -> None:
-        """Send ``rows`` of ``ids`` to their shards: gradients (``apply_grads``) or values."""
-        shards = len(self.servers)
+        """Send ``rows`` of ``ids`` to their shards: gradients (``apply_gradients``) or values."""
         futures = []
         for s, mine in enumerate(self._by_shard(ids)):
-            local = ids[mine] // shards
-            runtime.transfer(self.server_roles[s], kind, local, rows[mine], rows=len(mine))
+            runtime.transfer(self.server_roles[s], kind, ids[mine], rows[mine], rows=len(mine))
             proxy = self.servers[s].rpc_async()
-            if method == "apply_grads":
-                futures.append(proxy.apply_grads(local, rows[mine], self.optim.embedding_lr))
+            if method == "apply_gradients":
+                futures.append(
+                    proxy.apply_gradients(ids[mine], rows[mine], self.optim.embedding_lr)
+                )
             else:
-                futures.append(proxy.write(local, rows[mine]))
+                futures.append(proxy.write_rows(ids[mine], rows[mine]))
         for future in futures:
             future.wait()
 
@@ -143,7 +114,7 @@ class FaeTrainer:
             if to == HOT:
                 self.replica = self._fetch(self.hot_ids, LinkKind.H2D)
             elif self.rank == 0:
-                self._send(self.hot_ids, self.replica, LinkKind.H2D, "write")
+                self._send(self.hot_ids, self.replica, LinkKind.H2D, "write_rows")
         meter.count("fae_swap_rows", len(self.hot_ids))
         self.mode = to
 
@@ -188,7 +159,7 @@ class FaeTrainer:
                 )
             with meter.phase(Phase.OPTIMIZER):
                 sgd_dense_(self.model, self.optim.dense_lr)
-                self._send(keys, grads.row_grads, LinkKind.EMB_PUSH, "apply_grads")
+                self._send(keys, grads.row_grads, LinkKind.EMB_PUSH, "apply_gradients")
         return grads.loss, meter.end_step()
 
     def replica_rows(self) -> tuple[torch.Tensor, torch.Tensor] | None:

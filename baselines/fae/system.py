@@ -5,6 +5,8 @@ budget, classify and re-pack the inputs; cached per data and settings under ``ct
 returns the re-packed source, so the run records that FAE changes the sample order
 (``reorders_samples``). Each step's kind is decided from the batch itself (hot iff every lookup hits
 a hot row); when it differs from the previous step's, the driver has every trainer swap first.
+The shards are plain :class:`~bagpipe.core.embedding_server.EmbeddingServer` shards; starting,
+driving and closing the roles is :class:`~bagpipe.systems.parameter_server.ParameterServerSystem`'s.
 """
 
 from __future__ import annotations
@@ -15,22 +17,20 @@ from typing import Any
 
 import torch
 
-from bagpipe.core.batch import Batch, global_ids, split_batch
-from bagpipe.core.cluster import Cluster
-from bagpipe.core.embedding_server import gather_rows, split_tables
-from bagpipe.core.roleref import RoleRef
-from bagpipe.core.runtime import merge_trainer_records
-from bagpipe.core.system import ModelState, PhaseInfo, StepResult, System, TrainContext
+from bagpipe.core.batch import Batch, global_ids
+from bagpipe.core.embedding_server import EmbeddingServer, gather_rows, split_tables
+from bagpipe.core.system import ModelState, PhaseInfo, StepResult, TrainContext
 from bagpipe.data.source import BatchSource
 from bagpipe.models import table_dim
+from bagpipe.systems.parameter_server import ParameterServerSystem
 from baselines.fae.layout import FaeLayout, FaeSettings, FaeSource, cached_layout, load_examples
-from baselines.fae.roles import FaeServerShard, FaeTrainer
+from baselines.fae.roles import FaeTrainer
 from baselines.fae.scheduler import COLD, HOT
 
 __all__ = ["FAE"]
 
 
-class FAE(System):
+class FAE(ParameterServerSystem):
     """Hot-embedding aware data layout (FAE, VLDB'22).
 
     Args:
@@ -64,10 +64,7 @@ class FAE(System):
         cache_dir: str | None = None,
         step_timeout_s: float = 300.0,
     ) -> None:
-        if num_trainers < 1 or num_servers < 1:
-            raise ValueError(
-                f"fae: num_trainers and num_servers must be >= 1, got {num_trainers}, {num_servers}"
-            )
+        super().__init__(num_trainers, num_servers, step_timeout_s)
         self.settings = FaeSettings(
             sample_rate=sample_rate,
             hot_budget_bytes=hot_budget_bytes,
@@ -80,13 +77,8 @@ class FAE(System):
             drop_last=drop_last,
             seed=seed,
         )
-        self.num_trainers, self.num_servers, self.epochs = num_trainers, num_servers, epochs
+        self.epochs = epochs
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
-        self.step_timeout_s = step_timeout_s
-        self._ctx: TrainContext | None = None
-        self._cluster: Cluster | None = None
-        self._servers: list[RoleRef] = []
-        self._trainers: list[RoleRef] = []
         self._source: FaeSource | None = None
         self._layout_from_cache = False
         self._mode = COLD
@@ -95,43 +87,17 @@ class FAE(System):
         self._steps = {HOT: 0, COLD: 0}
 
     def setup(self, ctx: TrainContext) -> None:
-        if ctx.global_batch_size % self.num_trainers:
-            raise ValueError(
-                f"fae: global_batch_size {ctx.global_batch_size} does not split into "
-                f"{self.num_trainers} trainers"
-            )
         dim = table_dim(ctx.model)
-        servers = [f"server_{s}" for s in range(self.num_servers)]
-        trainers = [f"trainer_{k}" for k in range(self.num_trainers)]
-        cluster = Cluster([*servers, *trainers], link=ctx.link)
-        self._cluster = cluster
-        try:
-            self._servers = [
-                cluster.remote(role, FaeServerShard, s, self.num_servers, ctx.schema, dim, ctx.seed)
-                for s, role in enumerate(servers)
-            ]
-            group = cluster.new_group("trainers", self.num_trainers)
-            args = (
-                self._servers,
-                ctx.schema,
-                ctx.model,
-                dim,
-                ctx.optim,
-                ctx.global_batch_size,
-                ctx.seed,
-            )
-            self._trainers = [
-                cluster.remote(role, FaeTrainer, k, group, *args) for k, role in enumerate(trainers)
-            ]
-        except BaseException:
-            self._cluster = None
-            cluster.close()
-            raise
-        self._ctx = ctx
+        self._start_roles(
+            ctx,
+            EmbeddingServer,
+            FaeTrainer,
+            (ctx.schema, ctx.model, dim, ctx.optim, ctx.global_batch_size, ctx.seed),
+        )
 
     def prepare_dataset(self, source: BatchSource) -> BatchSource:
         """FAE's offline pass; returns the re-packed source and hands the hot set to the trainers."""
-        ctx, cluster = self._require_setup()
+        ctx, _ = self._require_setup()
         examples = load_examples(source)
         cache_dir = self.cache_dir or Path(ctx.workdir) / "fae_cache"
         dim = table_dim(ctx.model)
@@ -142,35 +108,31 @@ class FAE(System):
             examples, ctx.schema, source.batch_size, layout, self.settings, self.epochs
         )
         hot_ids = layout.hot.rows
-        cluster.wait(
-            [t.rpc_async().set_hot_rows(hot_ids) for t in self._trainers], self.step_timeout_s
-        )
+        self._wait([t.rpc_async().set_hot_rows(hot_ids) for t in self._trainers])
         return self._source
 
     def train_step(self, step: int, batch: Batch) -> StepResult:
-        ctx, cluster = self._require_setup()
+        ctx, _ = self._require_setup()
         layout = self._require_layout()
         start = time.perf_counter()
         ids = global_ids(batch, ctx.schema)
         kind = HOT if bool(layout.hot.is_hot[ids].all()) else COLD
         if kind != self._mode:
-            cluster.wait([t.rpc_async().swap(kind) for t in self._trainers], self.step_timeout_s)
+            self._wait([t.rpc_async().swap(kind) for t in self._trainers])
             self._mode = kind
             self._swaps += 1
-        futures = [
-            trainer.rpc_async().train_step(
-                part.dense_features, global_ids(part, ctx.schema), part.labels
-            )
-            for trainer, part in zip(
-                self._trainers, split_batch(batch, self.num_trainers), strict=True
-            )
-        ]
-        results = cluster.wait(futures, self.step_timeout_s)
-        record = merge_trainer_records([record for _, record in results])
-        record.counters["fae_hot_step"] = float(kind == HOT)
+        result = self._collect(
+            [
+                trainer.rpc_async().train_step(
+                    part.dense_features, global_ids(part, ctx.schema), part.labels
+                )
+                for trainer, part in self._slices(batch)
+            ]
+        )
+        result.record.counters["fae_hot_step"] = float(kind == HOT)
         self._time_s[kind] += time.perf_counter() - start
         self._steps[kind] += 1
-        return StepResult(loss=sum(loss for loss, _ in results), record=record)
+        return result
 
     def on_phase_boundary(self, info: PhaseInfo) -> None:
         """The adaptive Shuffle Scheduler reacts to each evaluation's test loss."""
@@ -183,14 +145,12 @@ class FAE(System):
 
     def full_state(self) -> ModelState:
         """Server rows, with the replica's hot rows over them while a hot phase is running."""
-        ctx, cluster = self._require_setup()
-        shards = cluster.wait([s.rpc_async().rows() for s in self._servers], self.step_timeout_s)
-        rows = gather_rows(shards, ctx.schema.total_rows)
-        replica = cluster.wait(self._trainers[0].rpc_async().replica_rows(), self.step_timeout_s)
+        ctx, _ = self._require_setup()
+        rows = gather_rows(self._shard_states(), ctx.schema.total_rows)
+        replica = self._wait(self._trainers[0].rpc_async().replica_rows())
         if replica is not None:
             rows[replica[0]] = replica[1]
-        dense = cluster.wait(self._trainers[0].rpc_async().dense_state(), self.step_timeout_s)
-        return ModelState(tables=split_tables(rows, ctx.schema), dense=dense)
+        return ModelState(tables=split_tables(rows, ctx.schema), dense=self._dense_state())
 
     def stats(self) -> dict[str, Any]:
         """The paper's FAE metrics: hot-input share, hot rows/bytes, swaps, rates, time split."""
@@ -221,18 +181,6 @@ class FAE(System):
             "fae_iter_time_hot_s": self._time_s[HOT] / max(1, self._steps[HOT]),
             "fae_iter_time_cold_s": self._time_s[COLD] / max(1, self._steps[COLD]),
         }
-
-    def close(self) -> None:
-        if self._cluster is None:
-            return
-        cluster, self._cluster = self._cluster, None
-        self._trainers, self._servers = [], []
-        cluster.close()
-
-    def _require_setup(self) -> tuple[TrainContext, Cluster]:
-        if self._ctx is None or self._cluster is None:
-            raise RuntimeError("fae used before setup(ctx) or after close()")
-        return self._ctx, self._cluster
 
     def _require_layout(self) -> FaeLayout:
         if self._source is None:

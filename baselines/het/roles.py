@@ -23,16 +23,18 @@ from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from bagpipe.core import collectives, runtime
 from bagpipe.core.batch import DatasetSchema
 from bagpipe.core.cluster import GroupSpec
+from bagpipe.core.embedding_server import EmbeddingServer
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
 from bagpipe.core.roleref import RoleRef
 from bagpipe.core.system import OptimConfig
-from bagpipe.models import ModelConfig, build_dense_model, initial_tables
+from bagpipe.models import ModelConfig, build_dense_model
 from bagpipe.systems.common import forward_backward, sgd_dense_, unique_rows
 from baselines.het.cache import HetCache, PullReply, PullRequest, PushBatch, table_capacities
 from baselines.het.clocks import VersionedRows
@@ -61,34 +63,38 @@ class HetSettings:
             raise ValueError(f"het.bound must be >= 0, got {self.bound}")
 
 
-class HetServerShard:
-    """One shard of every table, with HET's version clocks (see ``clocks.VersionedRows``)."""
+class HetServerShard(EmbeddingServer):
+    """An :class:`EmbeddingServer` shard whose rows carry HET's version clocks.
 
-    def __init__(
-        self, shard: int, num_shards: int, schema: DatasetSchema, dim: int, seed: int
-    ) -> None:
-        tables = initial_tables(schema, dim, seed)
-        full = torch.cat([tables[name] for name in schema.table_names])
-        self.shard, self.num_shards = shard, num_shards
-        self.global_ids = torch.arange(shard, len(full), num_shards)
-        self.store = VersionedRows(full[self.global_ids].clone())
+    Its rows are the base class's (same seeded start, same ``id % S`` layout, same ``state()``);
+    reads and writes go through :class:`~baselines.het.clocks.VersionedRows` over that very
+    tensor, under the shard's lock, so a pull, a push and a state read never interleave.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Arguments as :class:`EmbeddingServer`'s (shard, num_shards, schema, dim, seed, resume)."""
+        super().__init__(*args, **kwargs)
+        self.store = VersionedRows(self.rows)
 
     def pull(
-        self, local_rows: torch.Tensor, local_versions: torch.Tensor, bound: int, dst: str
+        self, ids: torch.Tensor, local_versions: torch.Tensor, bound: int, dst: str
     ) -> PullReply:
-        reply = self.store.pull(local_rows, local_versions, bound)
+        """HET's bounded-staleness read of global ``ids`` (the rows are sent only where stale)."""
+        local = self.local_index(ids)
+        with self.lock:
+            reply = self.store.pull(local, local_versions, bound)
         runtime.delay(dst, reply.positions, reply.versions, reply.rows)
         return reply
 
-    def push(self, local_rows: torch.Tensor, deltas: torch.Tensor, counts: torch.Tensor) -> None:
-        self.store.push(local_rows, deltas, counts)
-
-    def rows(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(global ids, rows)`` of this shard."""
-        return self.global_ids, self.store.weights.clone()
+    def push(self, ids: torch.Tensor, deltas: torch.Tensor, counts: torch.Tensor) -> None:
+        """Add the deltas of global ``ids`` and advance their clocks by ``counts``."""
+        local = self.local_index(ids)
+        with self.lock:
+            self.store.push(local, deltas, counts)
 
     def staleness_hist(self) -> torch.Tensor:
-        return self.store.staleness_hist.clone()
+        with self.lock:
+            return self.store.staleness_hist.clone()
 
 
 class HetTrainer:
@@ -136,7 +142,7 @@ class HetTrainer:
             futures.append(
                 self.servers[s]
                 .rpc_async()
-                .pull(keys // shards, versions, self.settings.bound, runtime.current().role)
+                .pull(keys, versions, self.settings.bound, runtime.current().role)
             )
         parts = [f.wait() for f in futures]
         reply = PullReply(
@@ -162,7 +168,7 @@ class HetTrainer:
             runtime.charge(META, keys, counts)
             runtime.transfer(self.server_roles[s], LinkKind.EMB_PUSH, deltas, rows=len(mine))
             runtime.delay(self.server_roles[s], keys, counts)
-            futures.append(self.servers[s].rpc_async().push(keys // shards, deltas, counts))
+            futures.append(self.servers[s].rpc_async().push(keys, deltas, counts))
         for future in futures:
             future.wait()
 
