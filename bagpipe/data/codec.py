@@ -53,9 +53,12 @@ def parse_hex(array: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray
     """
     starts, lengths, data = string_parts(array)
     missing = lengths == 0
-    if np.all(missing | (lengths == 8)) and data.size >= starts[-1] + lengths[-1]:
-        keys, bad = _parse_hex8(starts, missing, data)
-        return keys, missing, bad
+    if lengths.size and np.all(missing | (lengths == 8)):
+        span_end = int(starts[-1] + lengths[-1])
+        if span_end - int(starts[0]) == 8 * int(np.count_nonzero(~missing)) and data.size >= span_end:
+            # the present values are back to back (no null slot holds bytes)
+            keys, bad = _parse_hex8(starts, missing, data)
+            return keys, missing, bad
     bad = lengths > MAX_HEX_DIGITS
     keys = np.zeros(lengths.size, dtype=np.uint64)
     width = int(min(lengths.max(initial=0), MAX_HEX_DIGITS))
@@ -94,11 +97,11 @@ def _parse_hex8(starts: np.ndarray, missing: np.ndarray, data: np.ndarray) -> tu
     first, into the 32-bit key, all with whole-array uint64 operations.
     """
     present = ~missing
-    count = int(present.sum())
+    count = int(np.count_nonzero(present))
     if count == 0:
         return np.zeros(starts.size, dtype=np.uint64), np.zeros(starts.size, dtype=bool)
-    first = int(starts[int(np.argmax(present))])
-    pairs = np.frombuffer(data[first : first + 8 * count].tobytes(), dtype="<u2")
+    first = int(starts[0])  # empty values take no bytes: the first present value starts here
+    pairs = data[first : first + 8 * count].view("<u2")
     lanes = np.take(_HEX_PAIR_LUT, pairs).view("<u8")
     bad_present = (lanes & _U64(0x8000_8000_8000_8000)) != 0
     halves = ((lanes << _U64(8)) | (lanes >> _U64(16))) & _U64(0x0000_FFFF_0000_FFFF)
@@ -136,13 +139,16 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
 
 def keys_to_rows(keys: np.ndarray, missing: np.ndarray, rows: int, reserve_missing: bool) -> np.ndarray:
     """Hash-mod mapping (module docstring): ``[N]`` uint64 keys -> int64 rows of a ``rows`` table."""
+    if reserve_missing and rows < 2:
+        raise ValueError(f"a table with a missing row needs at least 2 rows, got {rows}")
+    span = rows - 1 if reserve_missing else rows
+    if span < KEY_SPACE and keys.size and int(keys.max()) < KEY_SPACE:
+        keys = keys.astype(np.uint32)  # the same residues; 32-bit division is much cheaper
+    mapped = (keys % keys.dtype.type(span)).astype(np.int64)
     if reserve_missing:
-        if rows < 2:
-            raise ValueError(f"a table with a missing row needs at least 2 rows, got {rows}")
-        mapped = keys % np.uint64(rows - 1) + np.uint64(1)
-    else:
-        mapped = keys % np.uint64(rows)
-    return np.where(missing, 0, mapped.astype(np.int64))
+        mapped += 1
+    mapped[missing] = 0
+    return mapped
 
 
 def encode_keys(
