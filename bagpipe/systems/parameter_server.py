@@ -1,22 +1,30 @@
-"""The driver side that parameter-server systems share: ``S`` server shards, ``T`` trainers.
+"""What parameter-server systems share: ``S`` server shards, ``T`` trainers, one driver.
 
 ``sync_ps``, HET and FAE differ in what their shards and trainers do, not in how the driver starts
-and drives them. :class:`ParameterServerSystem` holds that common part once, so a change to it (a
-readiness wait, a timeout, cleanup after a failed start) reaches every such system:
+and drives them, nor in what a trainer holds besides its embedding path. This module holds that
+part once, so a change to it (a readiness wait, a timeout, cleanup after a failed start) reaches
+every such system. A system names its two role classes and adds what is its own::
+
+    class SyncPS(ParameterServerSystem):
+        name = "sync_ps"
+        server_class = StepOrderedServer        # an EmbeddingServer
+        trainer_class = SyncPSTrainer           # a ParameterServerTrainer
 
 * **Processes.** Roles ``server_0..S-1`` then ``trainer_0..T-1`` in one
-  :class:`~bagpipe.core.cluster.Cluster`. The shards are
-  :class:`~bagpipe.core.embedding_server.EmbeddingServer` (or a subclass), each built with that
-  class's arguments, so every system's rows start from the same seeded (or resumed) tables in
-  the same layout. The trainers join one gloo group (``"trainers"``, for the dense all-reduce)
-  and trainer ``k`` is built as ``trainer_cls(k, group, servers, *args)``, ``servers`` being the
-  shards' refs. Setup returns once every constructor ran; if any part of it fails, the processes
-  are ended.
-* **Steps.** Trainer ``k`` trains on slice ``k`` of the global batch (:meth:`_slices`); the step's
-  loss is the sum of the slice losses and its record the trainers' records merged
-  (:meth:`_collect`), so the global batch is what one process would train on.
+  :class:`~bagpipe.core.cluster.Cluster`. Shard ``s`` is built with
+  :class:`~bagpipe.core.embedding_server.EmbeddingServer`'s arguments, so every system's rows
+  start from the same seeded (or resumed) tables in the same layout. The trainers join one gloo
+  group (``"trainers"``, for the dense all-reduce); trainer ``k`` is built as
+  ``trainer_class(k, group, servers, spec, *trainer_args())`` (:class:`TrainerSpec`). Setup
+  returns once every constructor ran; if any part of it fails, the processes are ended.
+* **Steps.** Trainer ``k`` trains on slice ``k`` of the global batch
+  (:meth:`ParameterServerSystem._slices`); the step's loss is the sum of the slice losses and its
+  record the trainers' records merged (:meth:`ParameterServerSystem._collect`), so the global batch
+  is what one process would train on.
 * **Waits.** Every wait on the roles is bounded by ``step_timeout_s``, so a wedged role fails the
   run instead of hanging it.
+* **Trainers** are data-parallel: each holds an equal dense replica, started from the seeded (or
+  resumed) weights; the driver reads the dense part from trainer 0.
 
 Bagpipe's own system does not use this: it adds an oracle role, builds its trainers from one config
 and waits for the oracle's planning report within each step.
@@ -24,27 +32,85 @@ and waits for the oracle's planning report within each step.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch.futures import Future
 
-from bagpipe.core.batch import Batch, split_batch
-from bagpipe.core.cluster import Cluster
+from bagpipe.core import collectives
+from bagpipe.core.batch import Batch, DatasetSchema, split_batch
+from bagpipe.core.cluster import Cluster, GroupSpec
 from bagpipe.core.embedding_server import EmbeddingServer, server_role
 from bagpipe.core.roleref import RoleRef
 from bagpipe.core.runtime import merge_trainer_records
-from bagpipe.core.system import ModelState, StepResult, System, TrainContext
-from bagpipe.models import table_dim
+from bagpipe.core.system import ModelState, OptimConfig, StepResult, System, TrainContext
+from bagpipe.models import ModelConfig, table_dim
+from bagpipe.systems.start import start_dense_model
 
-__all__ = ["ParameterServerSystem"]
+__all__ = ["ParameterServerSystem", "ParameterServerTrainer", "TrainerSpec"]
+
+
+@dataclass(frozen=True)
+class TrainerSpec:
+    """What every trainer of a run is built from (the same for all T of them).
+
+    Args:
+        schema: the dataset's schema.
+        model: the model config (its dense part is replicated on every trainer).
+        optim: learning rates.
+        global_batch_size: what every slice loss is divided by (see ``systems.common``).
+        seed: model seed.
+        resume: a checkpoint's model to start from, for systems that resume.
+    """
+
+    schema: DatasetSchema
+    model: ModelConfig
+    optim: OptimConfig
+    global_batch_size: int
+    seed: int
+    resume: ModelState | None = None
+
+
+class ParameterServerTrainer:
+    """Trainer ``rank`` of a :class:`ParameterServerSystem`: what every such trainer holds.
+
+    It joins the trainer group (the constructors of all T trainers meet there), keeps the shards'
+    refs and role names, the run's settings, and a dense replica in training mode. Subclasses add
+    their embedding path (pulls and pushes, a cache, a hot-row replica) and ``train_step``.
+
+    Args:
+        rank: ``k``, this trainer's place in the group (and the slice of each batch it trains).
+        group: the trainer group's rendezvous (``Cluster.new_group``).
+        servers: the shards' refs, ``servers[s]`` being shard ``s``.
+        spec: the run's settings (:class:`TrainerSpec`).
+    """
+
+    def __init__(
+        self, rank: int, group: GroupSpec, servers: list[RoleRef], spec: TrainerSpec
+    ) -> None:
+        collectives.join_group(group, rank)
+        self.rank = rank
+        self.servers = servers
+        self.server_roles = [ref.role for ref in servers]
+        self.schema = spec.schema
+        self.optim = spec.optim
+        self.global_batch_size = spec.global_batch_size
+        self.model = start_dense_model(spec.model, spec.schema, spec.seed, spec.resume)
+        self.model.train()
+
+    def dense_state(self) -> dict[str, torch.Tensor]:
+        """A copy of the dense replica's weights (equal on every trainer after each step)."""
+        return {key: value.detach().clone() for key, value in self.model.state_dict().items()}
 
 
 class ParameterServerSystem(System):
     """A :class:`System` whose roles are ``S`` embedding-server shards and ``T`` trainers.
 
-    Subclasses call :meth:`_start_roles` from ``setup`` with their role classes and arguments, and
-    use :meth:`_slices` / :meth:`_collect` in ``train_step``; ``close`` is shared.
+    Subclasses set :attr:`server_class` and :attr:`trainer_class` (and :meth:`_trainer_args` when
+    their trainers take more), write ``train_step`` from :meth:`_slices` and :meth:`_collect`, and
+    ``full_state`` from :meth:`_shard_states` and :meth:`_dense_state`. ``setup`` and ``close`` are
+    shared.
 
     Args:
         num_trainers: ``T`` trainer processes (the global batch splits into T equal slices).
@@ -52,6 +118,8 @@ class ParameterServerSystem(System):
         step_timeout_s: how long the driver waits for one step (or any call on the roles).
     """
 
+    server_class: ClassVar[type[EmbeddingServer]] = EmbeddingServer
+    trainer_class: ClassVar[type[ParameterServerTrainer]]
     #: Call every trainer's ``close()`` before ending the processes (when no role has failed):
     #: for trainers that still send in the background (HET's pushes) and must drain first.
     close_trainers: ClassVar[bool] = False
@@ -70,44 +138,36 @@ class ParameterServerSystem(System):
         self._servers: list[RoleRef] = []
         self._trainers: list[RoleRef] = []
 
-    def _start_roles(
-        self,
-        ctx: TrainContext,
-        server_cls: type[EmbeddingServer],
-        trainer_cls: type,
-        trainer_args: tuple[Any, ...],
-        resume: ModelState | None = None,
-    ) -> None:
+    def setup(self, ctx: TrainContext) -> None:
         """Start the shards and the trainers (see the module docstring); wait until all are built.
 
-        Args:
-            ctx: the run's context (schema, model, seed, link, global batch size).
-            server_cls: the shards' class, built as ``server_cls(s, S, schema, table_dim, seed,
-                resume)`` (:class:`EmbeddingServer`'s signature).
-            trainer_cls: the trainers' class, built as ``trainer_cls(k, group, servers,
-                *trainer_args)``.
-            trainer_args: the rest of the trainers' arguments.
-            resume: a checkpoint's model the shards start from (systems that resume).
+        Only a system that declares ``supports_resume`` starts from ``ctx.resume``.
         """
         if ctx.global_batch_size % self.num_trainers:
             raise ValueError(
                 f"{self.name}: global_batch_size {ctx.global_batch_size} does not split into "
                 f"{self.num_trainers} trainers"
             )
+        resume = ctx.resume.state if ctx.resume is not None and self.supports_resume else None
+        spec = TrainerSpec(
+            ctx.schema, ctx.model, ctx.optim, ctx.global_batch_size, ctx.seed, resume
+        )
+        dim = table_dim(ctx.model)
         servers = [server_role(s) for s in range(self.num_servers)]
         trainers = [f"trainer_{k}" for k in range(self.num_trainers)]
-        dim = table_dim(ctx.model)
         cluster = Cluster([*servers, *trainers], link=ctx.link)
         try:
             self._servers = [
                 cluster.remote(
-                    role, server_cls, s, self.num_servers, ctx.schema, dim, ctx.seed, resume
+                    role, self.server_class, s, self.num_servers, ctx.schema, dim, ctx.seed, resume
                 )
                 for s, role in enumerate(servers)
             ]
             group = cluster.new_group("trainers", self.num_trainers)
             self._trainers = [
-                cluster.remote(role, trainer_cls, k, group, self._servers, *trainer_args)
+                cluster.remote(
+                    role, self.trainer_class, k, group, self._servers, spec, *self._trainer_args()
+                )
                 for k, role in enumerate(trainers)
             ]
             cluster.wait(
@@ -119,6 +179,10 @@ class ParameterServerSystem(System):
             cluster.close()
             raise
         self._cluster, self._ctx = cluster, ctx
+
+    def _trainer_args(self) -> tuple[Any, ...]:
+        """The trainers' constructor arguments after the :class:`TrainerSpec` (none by default)."""
+        return ()
 
     def _slices(self, batch: Batch) -> list[tuple[RoleRef, Batch]]:
         """``(trainer k, slice k of batch)`` for every trainer, in rank order."""

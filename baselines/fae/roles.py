@@ -20,41 +20,27 @@ from __future__ import annotations
 import torch
 
 from bagpipe.core import collectives, runtime
-from bagpipe.core.batch import DatasetSchema
 from bagpipe.core.cluster import GroupSpec
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
 from bagpipe.core.roleref import RoleRef
-from bagpipe.core.system import OptimConfig
-from bagpipe.models import ModelConfig, build_dense_model
+from bagpipe.models import table_dim
 from bagpipe.systems.common import forward_backward, sgd_dense_, unique_rows
+from bagpipe.systems.parameter_server import ParameterServerTrainer, TrainerSpec
 from baselines.fae.scheduler import COLD, HOT
 
 __all__ = ["FaeTrainer"]
 
 
-class FaeTrainer:
+class FaeTrainer(ParameterServerTrainer):
     """One FAE trainer: dense replica, hot-row replica, and the cold path to the servers."""
 
     def __init__(
-        self,
-        rank: int,
-        group: GroupSpec,
-        servers: list[RoleRef],
-        schema: DatasetSchema,
-        model: ModelConfig,
-        dim: int,
-        optim: OptimConfig,
-        global_batch_size: int,
-        seed: int,
+        self, rank: int, group: GroupSpec, servers: list[RoleRef], spec: TrainerSpec
     ) -> None:
-        collectives.join_group(group, rank)
-        self.rank = rank
-        self.servers = servers
-        self.server_roles = [f"server_{s}" for s in range(len(servers))]
-        self.optim, self.global_batch_size, self.dim = optim, global_batch_size, dim
+        super().__init__(rank, group, servers, spec)
+        schema, dim = spec.schema, table_dim(spec.model)
+        self.dim = dim
         self.total_rows = schema.total_rows
-        self.model = build_dense_model(model, schema, seed)
-        self.model.train()
         self.hot_ids = torch.empty(0, dtype=torch.int64)
         self.slot_of = torch.full((schema.total_rows,), -1, dtype=torch.int64)
         self.replica = torch.empty(0, dim)
@@ -165,6 +151,3 @@ class FaeTrainer:
     def replica_rows(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(hot ids, replica)`` while hot (the servers' copies of them are then stale)."""
         return (self.hot_ids, self.replica.clone()) if self.mode == HOT else None
-
-    def dense_state(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}

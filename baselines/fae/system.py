@@ -19,7 +19,7 @@ import torch
 
 from bagpipe.core.batch import Batch, global_ids
 from bagpipe.core.embedding_server import EmbeddingServer, gather_rows, split_tables
-from bagpipe.core.system import ModelState, PhaseInfo, StepResult, TrainContext
+from bagpipe.core.system import ModelState, PhaseInfo, StepResult
 from bagpipe.data.source import BatchSource
 from bagpipe.models import table_dim
 from bagpipe.systems.parameter_server import ParameterServerSystem
@@ -45,6 +45,8 @@ class FAE(ParameterServerSystem):
 
     name = "fae"
     reorders_samples = True
+    server_class = EmbeddingServer
+    trainer_class = FaeTrainer
 
     def __init__(
         self,
@@ -85,15 +87,6 @@ class FAE(ParameterServerSystem):
         self._swaps = 0
         self._time_s = {HOT: 0.0, COLD: 0.0}
         self._steps = {HOT: 0, COLD: 0}
-
-    def setup(self, ctx: TrainContext) -> None:
-        dim = table_dim(ctx.model)
-        self._start_roles(
-            ctx,
-            EmbeddingServer,
-            FaeTrainer,
-            (ctx.schema, ctx.model, dim, ctx.optim, ctx.global_batch_size, ctx.seed),
-        )
 
     def prepare_dataset(self, source: BatchSource) -> BatchSource:
         """FAE's offline pass; returns the re-packed source and hands the hot set to the trainers."""

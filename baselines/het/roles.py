@@ -28,14 +28,13 @@ from typing import Any
 import torch
 
 from bagpipe.core import collectives, runtime
-from bagpipe.core.batch import DatasetSchema
 from bagpipe.core.cluster import GroupSpec
 from bagpipe.core.embedding_server import EmbeddingServer
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
 from bagpipe.core.roleref import RoleRef
-from bagpipe.core.system import OptimConfig
-from bagpipe.models import ModelConfig, build_dense_model
+from bagpipe.models import table_dim
 from bagpipe.systems.common import forward_backward, sgd_dense_, unique_rows
+from bagpipe.systems.parameter_server import ParameterServerTrainer, TrainerSpec
 from baselines.het.cache import HetCache, PullReply, PullRequest, PushBatch, table_capacities
 from baselines.het.clocks import VersionedRows
 
@@ -97,7 +96,7 @@ class HetServerShard(EmbeddingServer):
             return self.store.staleness_hist.clone()
 
 
-class HetTrainer:
+class HetTrainer(ParameterServerTrainer):
     """One HET worker: dense replica, :class:`HetCache`, and a FIFO channel to the servers."""
 
     def __init__(
@@ -105,20 +104,12 @@ class HetTrainer:
         rank: int,
         group: GroupSpec,
         servers: list[RoleRef],
-        schema: DatasetSchema,
-        model: ModelConfig,
-        dim: int,
-        optim: OptimConfig,
-        global_batch_size: int,
-        seed: int,
+        spec: TrainerSpec,
         settings: HetSettings,
     ) -> None:
-        collectives.join_group(group, rank)
-        self.servers = servers
-        self.server_roles = [f"server_{s}" for s in range(len(servers))]
-        self.optim, self.global_batch_size, self.settings = optim, global_batch_size, settings
-        self.model = build_dense_model(model, schema, seed)
-        self.model.train()
+        super().__init__(rank, group, servers, spec)
+        self.settings = settings
+        schema, dim = spec.schema, table_dim(spec.model)
         capacities = table_capacities(
             schema.table_sizes, settings.cache_fraction, settings.cache_rows_per_table
         )
@@ -233,9 +224,6 @@ class HetTrainer:
     def unpushed(self) -> tuple[torch.Tensor, torch.Tensor]:
         self.drain()
         return self.cache.unpushed()
-
-    def dense_state(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
     def cache_stats(self) -> dict[str, int]:
         return dict(self.cache.stats)

@@ -17,8 +17,7 @@ import torch
 
 from bagpipe.core.batch import Batch, global_ids, split_batch
 from bagpipe.core.embedding_server import gather_rows, split_tables
-from bagpipe.core.system import ModelState, StepResult, TrainContext
-from bagpipe.models import table_dim
+from bagpipe.core.system import ModelState, StepResult
 from bagpipe.systems.parameter_server import ParameterServerSystem
 from baselines.het.roles import HetServerShard, HetSettings, HetTrainer
 
@@ -41,6 +40,8 @@ class HET(ParameterServerSystem):
     """
 
     name = "het"
+    server_class = HetServerShard
+    trainer_class = HetTrainer
     close_trainers = True  # each trainer's channel thread may still be pushing: drain it first
 
     def __init__(
@@ -60,14 +61,8 @@ class HET(ParameterServerSystem):
             bound, policy, cache_fraction, cache_rows_per_table, mode, prefetch
         )
 
-    def setup(self, ctx: TrainContext) -> None:
-        dim = table_dim(ctx.model)
-        self._start_roles(
-            ctx,
-            HetServerShard,
-            HetTrainer,
-            (ctx.schema, ctx.model, dim, ctx.optim, ctx.global_batch_size, ctx.seed, self.settings),
-        )
+    def _trainer_args(self) -> tuple[HetSettings]:
+        return (self.settings,)
 
     def train_step(self, step: int, batch: Batch) -> StepResult:
         ctx, _ = self._require_setup()

@@ -21,7 +21,7 @@ from typing import Any
 
 from bagpipe.core.batch import Batch, ids_matrix
 from bagpipe.core.embedding_server import gather_tables
-from bagpipe.core.system import ModelState, StepResult, TrainContext
+from bagpipe.core.system import ModelState, StepResult
 from bagpipe.systems.parameter_server import ParameterServerSystem
 from baselines.sync_ps.server import StepOrderedServer
 from baselines.sync_ps.trainer import SyncPSTrainer
@@ -38,19 +38,11 @@ class SyncPS(ParameterServerSystem):
 
     name = "sync_ps"
     supports_resume = True
+    server_class = StepOrderedServer
+    trainer_class = SyncPSTrainer
 
     def __init__(self, num_trainers: int = 2, num_servers: int = 2, step_timeout_s: float = 600.0):
         super().__init__(num_trainers, num_servers, step_timeout_s)
-
-    def setup(self, ctx: TrainContext) -> None:
-        resume = ctx.resume.state if ctx.resume else None
-        self._start_roles(
-            ctx,
-            StepOrderedServer,
-            SyncPSTrainer,
-            (ctx.schema, ctx.model, ctx.optim, ctx.global_batch_size, ctx.seed, resume),
-            resume=resume,
-        )
 
     def train_step(self, step: int, batch: Batch) -> StepResult:
         return self._collect(

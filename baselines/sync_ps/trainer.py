@@ -5,18 +5,15 @@ from __future__ import annotations
 import torch
 
 from bagpipe.core import collectives, runtime
-from bagpipe.core.batch import DatasetSchema
 from bagpipe.core.cluster import GroupSpec
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
 from bagpipe.core.roleref import RoleRef
-from bagpipe.core.system import ModelState, OptimConfig
-from bagpipe.models import ModelConfig
 from bagpipe.systems.common import forward_backward, sgd_dense_, unique_rows
-from bagpipe.systems.start import start_dense_model
+from bagpipe.systems.parameter_server import ParameterServerTrainer, TrainerSpec
 from baselines.sync_ps.server import StepOrderedTables
 
 
-class SyncPSTrainer:
+class SyncPSTrainer(ParameterServerTrainer):
     """Trainer ``rank`` of ``sync_ps``: a dense replica; embeddings live only on the servers.
 
     One step (everything on the critical path, nothing overlapped, nothing cached)::
@@ -30,25 +27,11 @@ class SyncPSTrainer:
     """
 
     def __init__(
-        self,
-        rank: int,
-        group: GroupSpec,
-        servers: list[RoleRef],
-        schema: DatasetSchema,
-        model: ModelConfig,
-        optim: OptimConfig,
-        global_batch_size: int,
-        seed: int,
-        resume: ModelState | None = None,
+        self, rank: int, group: GroupSpec, servers: list[RoleRef], spec: TrainerSpec
     ) -> None:
-        collectives.join_group(group, rank)
-        self.schema = schema
-        self.optim = optim
-        self.global_batch_size = global_batch_size
+        super().__init__(rank, group, servers, spec)
         self.tables = StepOrderedTables(servers, runtime.current().role, rank)
-        self.model = start_dense_model(model, schema, seed, resume)
-        self.model.train()
-        self.offsets = schema.table_offsets
+        self.offsets = spec.schema.table_offsets
 
     def train_step(
         self, step: int, dense: torch.Tensor, ids: torch.Tensor, labels: torch.Tensor
@@ -82,6 +65,3 @@ class SyncPSTrainer:
             if param.grad is None:
                 param.grad = torch.zeros_like(param)
         return [param.grad for param in self.model.parameters() if param.grad is not None]
-
-    def dense_state(self) -> dict[str, torch.Tensor]:
-        return {key: value.detach().clone() for key, value in self.model.state_dict().items()}
