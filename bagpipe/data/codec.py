@@ -51,6 +51,10 @@ def parse_hex(array: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray
 
     ``bad`` marks values with a non-hex character or more than 16 digits.
     """
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if pa.types.is_fixed_size_binary(array.type) and array.type.byte_width == 8:
+        return _parse_hex_fixed8(array)
     starts, lengths, data = string_parts(array)
     missing = lengths == 0
     if lengths.size and np.all(missing | (lengths == 8)):
@@ -88,24 +92,30 @@ _HEX_PAIR_LUT = _hex_pair_table()
 _U64 = np.uint64
 
 
+def _pack_hex8(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``[4 P]`` little-endian uint16 character pairs of ``P`` 8-digit values -> ``(keys, bad)``.
+
+    One table lookup per character pair gives four byte values in the four 16-bit lanes of a uint64
+    (``0xFFFF`` marks a non-hex pair); two shift-or steps then pack the lanes, most significant
+    first, into the 32-bit key, all with whole-array uint64 operations.
+    """
+    lanes = np.take(_HEX_PAIR_LUT, pairs).view("<u8")
+    bad = (lanes & _U64(0x8000_8000_8000_8000)) != 0
+    halves = ((lanes << _U64(8)) | (lanes >> _U64(16))) & _U64(0x0000_FFFF_0000_FFFF)
+    return ((halves << _U64(16)) | (halves >> _U64(32))) & _U64(0xFFFF_FFFF), bad
+
+
 def _parse_hex8(starts: np.ndarray, missing: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Fast path for the common case (every value 8 digits or empty): ``(keys, bad)``.
 
-    Arrow stores the values back to back, so the present ones are one block of ``P`` x 8 bytes. One
-    table lookup per character pair gives four byte values in the four 16-bit lanes of a uint64
-    (``0xFFFF`` marks a non-hex pair); two shift-or steps then pack the lanes, most significant
-    first, into the 32-bit key, all with whole-array uint64 operations.
+    Arrow stores the values back to back, so the present ones are one block of ``P`` x 8 bytes.
     """
     present = ~missing
     count = int(np.count_nonzero(present))
     if count == 0:
         return np.zeros(starts.size, dtype=np.uint64), np.zeros(starts.size, dtype=bool)
     first = int(starts[0])  # empty values take no bytes: the first present value starts here
-    pairs = data[first : first + 8 * count].view("<u2")
-    lanes = np.take(_HEX_PAIR_LUT, pairs).view("<u8")
-    bad_present = (lanes & _U64(0x8000_8000_8000_8000)) != 0
-    halves = ((lanes << _U64(8)) | (lanes >> _U64(16))) & _U64(0x0000_FFFF_0000_FFFF)
-    keys_present = ((halves << _U64(16)) | (halves >> _U64(32))) & _U64(0xFFFF_FFFF)
+    keys_present, bad_present = _pack_hex8(data[first : first + 8 * count].view("<u2"))
     if count == starts.size:
         return keys_present, bad_present
     keys = np.zeros(starts.size, dtype=np.uint64)
@@ -113,6 +123,21 @@ def _parse_hex8(starts: np.ndarray, missing: np.ndarray, data: np.ndarray) -> tu
     keys[present] = keys_present
     bad[present] = bad_present
     return keys, bad
+
+
+def _parse_hex_fixed8(array: pa.FixedSizeBinaryArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``parse_hex`` of an 8-byte fixed-width binary array (nulls = missing): every slot holds 8
+    bytes, so the whole data buffer is decoded at once and the null slots are cleared after."""
+    n = len(array)
+    missing = array.is_null().to_numpy(zero_copy_only=False)
+    data_buf = array.buffers()[1]
+    if n == 0 or data_buf is None:
+        return np.zeros(n, dtype=np.uint64), missing, np.zeros(n, dtype=bool)
+    keys, bad = _pack_hex8(np.frombuffer(data_buf, dtype="<u2", count=4 * n, offset=8 * array.offset))
+    if array.null_count:
+        keys[missing] = 0
+        bad[missing] = False
+    return keys, missing, bad
 
 
 def format_hex(keys: np.ndarray, missing: np.ndarray, digits: int = 8) -> pa.Array:

@@ -9,12 +9,14 @@ line:
 * wrong column count -> pyarrow's ``invalid_row_handler`` (it numbers rows within the segment);
 * a non-integer dense value or label, bad hex, a truncated compressed stream -> our checks.
 
-Criteo's label and integer columns take a fast path: when a segment holds nothing but digits, hex
-letters, ``-``, tabs and newlines, pyarrow parses them as int64 directly (on such bytes its CSV
+Criteo takes a fast path: when a segment holds nothing but digits, hex letters, ``-``, tabs and
+newlines, pyarrow parses the label and integer columns as int64 directly (on such bytes its CSV
 integer parser accepts exactly what the string -> int64 cast of the checked path accepts: no
-whitespace to trim, no ``0x`` prefix). Any other segment, or one whose conversion fails, is parsed
-again as strings and checked cell by cell as before. Categorical columns are read as binary (no UTF-8
-pass) and decoded by ``codec.parse_hex``.
+whitespace to trim, no ``0x`` prefix) and the categoricals as 8-byte fixed-width binary (Criteo's
+hashes are 8 hex digits or empty). Any other segment, or one whose conversion fails (a value of
+another width, an integer out of range), is parsed again with integers as strings, checked cell by
+cell, and categoricals as variable-width binary. Either way ``codec.parse_hex`` decodes the
+categoricals without a UTF-8 pass.
 
 By default a malformed row raises ``DataFormatError`` naming the file and line, before any row of its
 segment is handed out. With ``skip_bad_rows=True`` such rows are dropped and counted in
@@ -249,9 +251,8 @@ def iter_criteo_tsv(
     dense_names = [f"int_{i}" for i in range(CRITEO_NUM_DENSE)]
     cat_names = [f"cat_{i}" for i in range(CRITEO_NUM_CATEGORICAL)]
     int_names = (["label"] if has_label else []) + dense_names
-    cat_types = dict.fromkeys(cat_names, pa.binary())
-    types = {**dict.fromkeys(int_names, pa.string()), **cat_types}
-    fast_types = {**dict.fromkeys(int_names, pa.int64()), **cat_types}
+    types = {**dict.fromkeys(int_names, pa.string()), **dict.fromkeys(cat_names, pa.binary())}
+    fast_types = {**dict.fromkeys(int_names, pa.int64()), **dict.fromkeys(cat_names, pa.binary(8))}
 
     def decode(table: pa.Table, checker: _RowChecker) -> RawBlock:
         n = table.num_rows
