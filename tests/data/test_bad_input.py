@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -145,3 +146,41 @@ def test_jsonl_bad_inputs(tmp_path: Path, kaggle_gen: SyntheticGenerator) -> Non
     truncated.write_bytes(gzip.compress(path.read_bytes())[:-30])
     with pytest.raises(DataFormatError, match=r"part_1\.txt\.gz: unreadable input"):
         list(iter_jsonl(str(truncated), sizes))
+
+
+def test_criteo_checked_path_matches_fast_path(tmp_path: Path, criteo_lines: list[str]) -> None:
+    """Cells the int64/fixed-width fast path must not take (padding, other hex widths, upper case)
+    send their segment to the checked path: the same values as before, the same errors."""
+    clean = tmp_path / "clean.txt"
+    clean.write_text("\n".join(criteo_lines) + "\n")
+    reference = np.concatenate([b.keys for b in iter_criteo_tsv(str(clean), block_bytes=1 << 14)])
+    odd = _corrupt(_corrupt(criteo_lines, 30, 14, "00ABC"), 31, 15, "00000000000000ff")
+    odd_path = tmp_path / "odd.txt"
+    odd_path.write_text("\n".join(odd) + "\n")
+    keys = np.concatenate([b.keys for b in iter_criteo_tsv(str(odd_path), block_bytes=1 << 14)])
+    assert keys[29, 0] == 0xABC and keys[30, 1] == 0xFF
+    np.testing.assert_array_equal(np.delete(keys, [29, 30], axis=0), np.delete(reference, [29, 30], axis=0))
+    for value in (" 5", "5 "):  # the CSV int64 parser would trim them; the checked path refuses
+        padded = tmp_path / "padded.txt"
+        padded.write_text("\n".join(_corrupt(criteo_lines, 40, 3, value)) + "\n")
+        with pytest.raises(DataFormatError, match=r"padded\.txt:40: integer feature int_2"):
+            list(iter_criteo_tsv(str(padded), block_bytes=1 << 14))
+
+
+def test_criteo_lines_count_blank_lines(tmp_path: Path, criteo_lines: list[str]) -> None:
+    """pyarrow skips empty lines; errors still name the physical line (here after 3 blank ones)."""
+    lines = [*criteo_lines[:100], "", "", "", *_corrupt(criteo_lines[100:], 50, 20, "zz00ff00")]
+    path = tmp_path / "blank.txt"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataFormatError) as err:
+        list(iter_criteo_tsv(str(path), block_bytes=1 << 14))
+    assert err.value.line == 153 and "cat_6" in str(err.value)
+
+
+def test_criteo_reader_threads_end_with_the_generator(tmp_path: Path, criteo_lines: list[str]) -> None:
+    path = tmp_path / "train.txt"
+    path.write_text("\n".join(criteo_lines) + "\n")
+    blocks = iter_criteo_tsv(str(path), block_bytes=1 << 12)
+    next(blocks)
+    blocks.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("bagpipe-read")]
