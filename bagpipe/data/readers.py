@@ -145,7 +145,8 @@ class _RowChecker:
             problems += [(int(lines[is_row][row]), reason) for row, reason in self.reasons]
             line, reason = min(problems)
             raise DataFormatError(self.path, line, reason)
-        return ~self.bad, len(self.invalid) + int(self.bad.sum())
+        dropped = int(self.bad.sum())
+        return (~self.bad if dropped else None), len(self.invalid) + dropped
 
 
 ColumnTypes = dict[str, pa.DataType]

@@ -10,7 +10,7 @@ GIL) and yield the results strictly in order, holding at most a few segments in 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
@@ -54,11 +54,12 @@ class Segment:
         return self.first_line + nonempty
 
 
-def iter_segments(path: str, block_bytes: int, skip_header: bool) -> Iterator[Segment]:
+def iter_segments(path: str, block_bytes: int, skip_header: bool) -> Generator[Segment, None, None]:
     """``path`` (a ``.gz`` is decompressed) as segments of about ``block_bytes`` of whole lines.
 
     A read failure (a truncated or corrupt compressed stream) raises ``DataFormatError`` naming the
-    first line not yet handed out.
+    first line not yet handed out. Segments are cut after a ``\n``, so a file whose lines end with a
+    lone ``\r`` is read as one segment.
     """
     next_line = 1
     carry = b""
@@ -87,7 +88,7 @@ def iter_segments(path: str, block_bytes: int, skip_header: bool) -> Iterator[Se
         yield Segment(carry, next_line, skip_header and next_line == 1)
 
 
-def ordered_map(work: Callable[[Segment], _T], segments: Iterator[Segment]) -> Iterator[_T]:
+def ordered_map(work: Callable[[Segment], _T], segments: Generator[Segment, None, None]) -> Iterator[_T]:
     """``work(segment)`` for every segment on ``READ_THREADS`` threads, results in input order.
 
     An error of a segment's work is raised in its turn; a read error of ``segments`` is raised after
@@ -112,5 +113,6 @@ def ordered_map(work: Callable[[Segment], _T], segments: Iterator[Segment]) -> I
             yield pending.popleft().result()
         if read_error is not None:
             raise read_error
-    finally:
+    finally:  # also when the consumer stops early: no thread or open file outlives the reader
         pool.shutdown(wait=True, cancel_futures=True)
+        segments.close()
