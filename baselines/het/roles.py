@@ -67,7 +67,9 @@ class HetServerShard(EmbeddingServer):
 
     Its rows are the base class's (same seeded start, same ``id % S`` layout, same ``state()``);
     reads and writes go through :class:`~baselines.het.clocks.VersionedRows` over that very
-    tensor, under the shard's lock, so a pull, a push and a state read never interleave.
+    tensor, under the shard's lock, so a pull, a push and a state read never interleave. HET's
+    trainers use only :meth:`pull` and :meth:`push` (the inherited plain SGD methods would skip the
+    clocks).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
