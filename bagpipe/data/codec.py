@@ -101,8 +101,15 @@ def _pack_hex8(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     lanes = np.take(_HEX_PAIR_LUT, pairs).view("<u8")
     bad = (lanes & _U64(0x8000_8000_8000_8000)) != 0
-    halves = ((lanes << _U64(8)) | (lanes >> _U64(16))) & _U64(0x0000_FFFF_0000_FFFF)
-    return ((halves << _U64(16)) | (halves >> _U64(32))) & _U64(0xFFFF_FFFF), bad
+    halves = lanes << _U64(8)  # in place from here on: fewer temporaries
+    lanes >>= _U64(16)
+    halves |= lanes
+    halves &= _U64(0x0000_FFFF_0000_FFFF)
+    keys = halves << _U64(16)
+    halves >>= _U64(32)
+    keys |= halves
+    keys &= _U64(0xFFFF_FFFF)
+    return keys, bad
 
 
 def _parse_hex8(starts: np.ndarray, missing: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
