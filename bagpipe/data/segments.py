@@ -80,7 +80,8 @@ def iter_segments(path: str, block_bytes: int, skip_header: bool) -> Generator[S
             if cut == 0:  # no line ends in this chunk: a line longer than block_bytes
                 carry += chunk
                 continue
-            segment = Segment(carry + chunk[:cut], next_line, skip_header and next_line == 1)
+            data = chunk if cut == len(chunk) and not carry else carry + memoryview(chunk)[:cut]  # one copy
+            segment = Segment(data, next_line, skip_header and next_line == 1)
             carry = chunk[cut:]
             next_line += segment.num_lines()
             yield segment
