@@ -14,10 +14,12 @@ Categorical value -> row, two modes (``mapping``):
 from __future__ import annotations
 
 import glob
+import os
 from collections.abc import Iterator, Sequence
 from typing import Literal
 
 import numpy as np
+import pyarrow as pa
 
 from bagpipe.data.codec import Vocabulary, keys_to_rows
 from bagpipe.data.examples import Examples
@@ -81,7 +83,7 @@ def read_examples(
     sizes = tuple(v.rows for v in vocabularies) if vocabularies is not None else tuple(table_sizes)
     if len(sizes) != num_features:
         raise ValueError(f"{kind} has {len(sizes)} categorical features, the schema {num_features}")
-    parts = []
+    out = _Output(_estimate_rows(paths), num_dense, num_features)
     for block in _raw_blocks(kind, paths, skip_bad_rows, stats):
         if block.labels is None:
             raise ValueError(f"{path}: no labels (a test file?); a training dataset needs them")
@@ -90,5 +92,51 @@ def read_examples(
             keys, missing = block.keys[:, f], block.key_missing[:, f]
             ids[f] = (vocabularies[f].lookup(keys, missing) if vocabularies is not None
                       else keys_to_rows(keys, missing, rows, reserve_missing))
-        parts.append(Examples.from_raw(block.labels, block.dense_raw, block.dense_missing, ids.T))
-    return Examples.concat(parts, num_dense, num_features), sizes, stats
+        out.append(Examples.from_raw(block.labels, block.dense_raw, block.dense_missing, ids.T))
+    return out.examples(), sizes, stats
+
+
+_SAMPLE_BYTES = 1 << 20
+
+
+def _estimate_rows(paths: Sequence[str]) -> int:
+    """About 1.25x the rows of ``paths``: their size over the line length of the first file's
+    first MiB (decompressed). Compressed files are underestimated; ``_Output`` then grows."""
+    with pa.input_stream(paths[0]) as stream:  # compression detected from the extension
+        sample = stream.read(_SAMPLE_BYTES)
+    bytes_per_row = max(1, len(sample) // max(1, sample.count(b"\n")))
+    return sum(os.path.getsize(p) for p in paths) * 5 // (4 * bytes_per_row) + 1024
+
+
+class _Output:
+    """The read ``Examples``, written block by block into arrays sized from an estimate.
+
+    Keeping every block until one final concatenation would hold (and page in) the data twice; here
+    each block is copied once and freed. Capacity doubles when the estimate falls short; the result is
+    views of the rows written, and pages past them are never touched, so an over-estimate costs
+    address space, not memory.
+    """
+
+    def __init__(self, capacity: int, num_dense: int, num_features: int) -> None:
+        self.rows = 0
+        self.arrays: list[np.ndarray] = [np.empty(capacity, np.int8), np.empty((capacity, num_dense), np.float32),
+                       np.empty((capacity, num_features), np.int64),
+                       np.empty((capacity, num_dense), np.int64), np.empty((capacity, num_dense), bool)]
+
+    def append(self, block: Examples) -> None:
+        start, end = self.rows, self.rows + len(block)
+        if end > len(self.arrays[0]):
+            grown = [np.empty((max(end, 2 * len(a)), *a.shape[1:]), a.dtype) for a in self.arrays]
+            for old, new in zip(self.arrays, grown, strict=True):
+                new[:start] = old[:start]
+            self.arrays = grown
+        parts = (block.labels, block.dense, block.ids, block.dense_raw, block.dense_missing)
+        for array, part in zip(self.arrays, parts, strict=True):
+            array[start:end] = part
+        self.rows = end
+
+    def examples(self) -> Examples:
+        if self.rows == 0:  # as for no blocks at all
+            return Examples.concat([], self.arrays[1].shape[1], self.arrays[2].shape[1])
+        labels, dense, ids, raw, missing = (a[: self.rows] for a in self.arrays)
+        return Examples(labels, dense, ids, raw, missing)
