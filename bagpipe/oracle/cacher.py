@@ -31,9 +31,9 @@ How it is fast (per batch ``b`` with ``n`` unique ids; no per-row Python loop an
   without a union); the resident set is an array of dense indices with per-row latest use, stale
   owner and next use, so evictions, Belady's choice and the capacity check are masks over it;
   sorted outputs come from sorting ids packed with their owner (no argsort, no gathers);
-* two stages on two cores: in ``plan()`` a worker thread takes the next batches' unique ids and
-  their dense indices (the ``RowMap`` is the worker's alone) while this thread records the
-  previous batch's uses and plans.
+* three threads on two cores: in ``plan()`` a worker takes the next batches' unique ids and
+  their dense indices (the ``RowMap`` is the worker's alone) and a stepper makes a round's step
+  plans, while the planning thread records batches and makes round plans.
 """
 
 from __future__ import annotations
@@ -134,7 +134,9 @@ class OracleCacher:
         self._res_owner = np.empty(0, dtype=self._owner_dtype)  # stale owner or -1
         self._res_next = np.empty(0, dtype=np.int32)  # next use after res_last, NEVER if unknown
         self._resident_rows = np.empty(0, dtype=np.int32)
-        self._ring = UseRing(max_live_steps=lookahead + 2 * self.config.ci + 2)
+        # live: the window, the round being read beyond it, the round planned and the round
+        # whose step plans are being made
+        self._ring = UseRing(max_live_steps=lookahead + 3 * self.config.ci + 2)
         self._steps: dict[int, _StepUses] = {}
         self._ingested = 0  # batches read
         self._num_steps: int | None = None  # known once the stream ends
@@ -231,9 +233,13 @@ class OracleCacher:
         self._ingested += 1
 
     # ------------------------------------------------------------------ step plans
-    def _step_plan(self, step: int) -> StepPlan:
-        uses = self._steps[step]
-        next_use = self._ring.next_uses(step)
+    def _step_plan(self, step: int, uses: _StepUses, next_use: np.ndarray) -> StepPlan:
+        """Step ``step``'s sync plan, from its uses and their next uses (a ring view).
+
+        Runs on the stepper thread while the planning thread reads the next round's batches: the
+        only ring writes meanwhile are next uses ``> step + L`` replacing ``NEVER`` in this view,
+        which mean the same to this plan, and ``RowMap.ids`` of these rows are final.
+        """
         now = next_use == step + 1
         single = (uses.once_owner >= 0) & (next_use > step + self.config.lookahead)
         later = ~(now | single)
@@ -251,10 +257,12 @@ class OracleCacher:
         stats.sync_now_rows += plan.sync_now.numel()
         stats.singleton_rows += plan.singleton.numel()
         stats.sync_later_rows += plan.sync_later.numel()
-        if self.config.round_of(step) < self.stats.rounds:  # its round is committed: drop it
-            del self._steps[step]
-            self._ring.release_oldest()
         return plan
+
+    def _release(self, step: int) -> None:
+        """Forget step ``step`` (its round is committed and its plan made), oldest first."""
+        del self._steps[step]
+        self._ring.release_oldest()
 
     # ------------------------------------------------------------------ round plans
     def _round_plan(self, r: int) -> RoundPlan:
@@ -398,21 +406,29 @@ class OracleCacher:
         Planning time (ingestion included, the batch source's own time excluded) is in
         ``stats.planning_time_s``.
 
-        The unique ids and dense indices of the next ``AHEAD`` batches are computed by a worker thread
-        while this one records a batch and plans (numpy releases the GIL), so a second core takes
-        that share of the work. The stages share no state but the ``RowMap``'s append-only ids,
-        so the plans do not depend on the timing. Time the worker spends while this thread works
-        is not planning time on the critical path and is not counted (``plan`` waits for it
-        otherwise).
+        Two helper threads take work off this one (numpy releases the GIL, so a second core
+        shares it): a worker computes the unique ids and dense indices of the next ``AHEAD``
+        batches, and a stepper makes a round's step plans while this thread reads the batches of
+        the round after. They share no state with this thread but the ``RowMap``'s append-only
+        ids and ring values that mean the same to them either way (``_step_plan``), so the plans
+        do not depend on the timing. Their time while this thread works is not planning time on
+        the critical path and is not counted; time this thread waits for them is.
         """
         if self._started:
             raise RuntimeError("an OracleCacher plans one stream; make a new one for another")
         self._started = True
-        with ThreadPoolExecutor(1, thread_name_prefix="oracle-prepare") as worker:
-            yield from self._plans(iter(batches), worker, flush)
+        with (
+            ThreadPoolExecutor(1, thread_name_prefix="oracle-prepare") as worker,
+            ThreadPoolExecutor(1, thread_name_prefix="oracle-steps") as stepper,
+        ):
+            yield from self._plans(iter(batches), worker, stepper, flush)
 
     def _plans(
-        self, source: Iterator[BatchLike], worker: ThreadPoolExecutor, flush: bool
+        self,
+        source: Iterator[BatchLike],
+        worker: ThreadPoolExecutor,
+        stepper: ThreadPoolExecutor,
+        flush: bool,
     ) -> Iterator[StepPlan | RoundPlan]:
         cfg = self.config
         ahead: deque[Future[_Prepared]] = deque()  # the next batches, in order
@@ -450,20 +466,33 @@ class OracleCacher:
             self.stats.planning_time_s += time.perf_counter() - started
             return result
 
+        def start_steps(r: int) -> list[tuple[int, Future[StepPlan]]]:
+            """Round ``r``'s step plans, started on the stepper (views taken on this thread)."""
+            return [
+                (i, stepper.submit(self._step_plan, i, self._steps[i], self._ring.next_uses(i)))
+                for i in range(*_span(cfg.round_steps(r, self._num_steps)))
+            ]
+
+        def finish_steps(started: list[tuple[int, Future[StepPlan]]]) -> Iterator[StepPlan]:
+            for i, future in started:
+                yield timed(future.result)
+                self._release(i)
+
+        # order: round plans 0 and 1, step plans of round 0, round plan 2, step plans of round 1,
+        # ...; round r-1's step plans are made while the batches of round r+1's horizon are read
         r = 0
+        started: list[tuple[int, Future[StepPlan]]] = []
         while True:
             first = r * cfg.ci
             read_until(first + cfg.ci - 1 + cfg.lookahead)  # round r's horizon
+            yield from finish_steps(started)
             if self._num_steps is not None and first >= self._num_steps:
                 break
             yield timed(self._round_plan, r)
-            if r >= 1:
-                for i in range(*_span(cfg.round_steps(r - 1, self._num_steps))):
-                    yield timed(self._step_plan, i)
+            started = start_steps(r - 1) if r >= 1 else []
             r += 1
         if r >= 1:
-            for i in range(*_span(cfg.round_steps(r - 1, self._num_steps))):
-                yield timed(self._step_plan, i)
+            yield from finish_steps(start_steps(r - 1))
         if flush and self._num_steps is not None:
             yield timed(self._flush_plan, r)
 
