@@ -85,6 +85,9 @@ __all__ = ["DRIVER", "Cluster", "GroupSpec", "RoleFailedError", "RoleRef", "serv
 DRIVER = "driver"
 _LOCALHOST = "127.0.0.1"
 _POLL_S = 0.05
+# A living role's error report waits this long for a death that may have caused it: a SIGKILLed
+# role's sockets close (and its peers report their broken calls) a few ms before it is reaped.
+_DEATH_GRACE_S = 0.5
 _HEARTBEAT_S = 1.0
 _JOIN_S = 10.0
 
@@ -404,12 +407,15 @@ class Cluster:
         """Note the first role that died or wrote an error report (traceback appended).
 
         Deaths come first: a role killed outright takes its peers down with it (their calls to it
-        break and they write error reports), so the dead role is the cause to name.
+        break and they write error reports), so the dead role is the cause to name. A living
+        role's report counts once it is ``_DEATH_GRACE_S`` old with no role dead.
         """
         dead = [role for role, proc in self._procs.items() if proc.exitcode is not None]
         for role in [*dead, *(r for r in self._procs if r not in dead)]:
             report = self._error_dir / f"{role}.err" if self._error_dir else None
             if report is not None and report.exists():  # its own traceback says most
+                if role not in dead and time.time() - report.stat().st_mtime < _DEATH_GRACE_S:
+                    continue  # a death that caused it may not be visible yet
                 self._record_failure(RoleFailedError(role, f"failed:\n{report.read_text()}"))
             elif role in dead:
                 exitcode = self._procs[role].exitcode

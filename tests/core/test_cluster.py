@@ -77,6 +77,22 @@ def test_background_thread_failure_is_reported_with_its_traceback() -> None:
     assert not _alive(pid)
 
 
+def test_a_death_just_after_a_peers_report_is_named_as_the_cause() -> None:
+    # A SIGKILLed role's sockets close a few ms before it is reaped, so its peers' reports of
+    # broken calls can come first; a report is held back briefly for the death that caused it.
+    cluster = Cluster(["trainer_0", "server_1"], link=NO_LINK)
+    try:
+        trainer = cluster.remote("trainer_0", Accumulator, 0.0)
+        cluster.remote("server_1", Accumulator, 0.0)
+        cluster.wait(trainer.rpc_async().fail_in_background(), timeout_s=30)
+        time.sleep(0.2)  # the report is written and seen by the monitor's polls
+        os.kill(cluster.pid("server_1"), signal.SIGKILL)
+        with pytest.raises(RoleFailedError, match=r"server_1 died \(exit code -9, SIGKILL\)"):
+            cluster.wait(trainer.rpc_async().sleep(60.0), timeout_s=60)
+    finally:
+        cluster.close()
+
+
 def test_roles_must_be_unique() -> None:
     with pytest.raises(ValueError, match="unique"):
         Cluster(["a", "a"])
