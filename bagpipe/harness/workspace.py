@@ -9,14 +9,17 @@ from pathlib import Path
 
 
 def git_sha(directory: Path) -> str:
-    """The checked-out commit (with ``-dirty`` when tracked files differ), or ``unknown``."""
+    """The checked-out commit, or ``unknown``; ``-dirty`` when tracked files differ, except the
+    harness's own outputs under ``results/`` and ``reports/`` (a report is written after its CSV,
+    which would otherwise mark every report dirty)."""
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True, text=True,
             check=True, timeout=10,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "diff", "--quiet", "HEAD"], cwd=directory, capture_output=True,
+            ["git", "diff", "--quiet", "HEAD", "--", ":(top,exclude)results",
+             ":(top,exclude)reports"], cwd=directory, capture_output=True,
             check=False, timeout=10,
         ).returncode != 0
     except (OSError, subprocess.SubprocessError):
