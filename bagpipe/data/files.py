@@ -112,31 +112,41 @@ class _Output:
     """The read ``Examples``, written block by block into arrays sized from an estimate.
 
     Keeping every block until one final concatenation would hold (and page in) the data twice; here
-    each block is copied once and freed. Capacity doubles when the estimate falls short; the result is
-    views of the rows written, and pages past them are never touched, so an over-estimate costs
-    address space, not memory.
+    each block is copied once and freed. The arrays take their dtypes and widths from the first
+    block (a field a block lacks stays ``None``, as in ``Examples.concat``). Capacity doubles when
+    the estimate falls short; the result is views of the rows written, and pages past them are never
+    touched, so an over-estimate costs address space, not memory.
     """
 
     def __init__(self, capacity: int, num_dense: int, num_features: int) -> None:
+        self.capacity, self.num_dense, self.num_features = capacity, num_dense, num_features
         self.rows = 0
-        self.arrays: list[np.ndarray] = [np.empty(capacity, np.int8), np.empty((capacity, num_dense), np.float32),
-                       np.empty((capacity, num_features), np.int64),
-                       np.empty((capacity, num_dense), np.int64), np.empty((capacity, num_dense), bool)]
+        self.arrays: list[np.ndarray | None] | None = None
 
     def append(self, block: Examples) -> None:
-        start, end = self.rows, self.rows + len(block)
-        if end > len(self.arrays[0]):
-            grown = [np.empty((max(end, 2 * len(a)), *a.shape[1:]), a.dtype) for a in self.arrays]
-            for old, new in zip(self.arrays, grown, strict=True):
-                new[:start] = old[:start]
-            self.arrays = grown
         parts = (block.labels, block.dense, block.ids, block.dense_raw, block.dense_missing)
+        if self.arrays is None:
+            self.arrays = [None if part is None else np.empty((self.capacity, *part.shape[1:]), part.dtype)
+                           for part in parts]
+        start, end = self.rows, self.rows + len(block)
+        if end > self.capacity:
+            self.capacity = max(end, 2 * self.capacity)
+            self.arrays = [None if a is None else _grown(a, self.capacity, start) for a in self.arrays]
         for array, part in zip(self.arrays, parts, strict=True):
-            array[start:end] = part
+            if array is not None:
+                array[start:end] = part
         self.rows = end
 
     def examples(self) -> Examples:
-        if self.rows == 0:  # as for no blocks at all
-            return Examples.concat([], self.arrays[1].shape[1], self.arrays[2].shape[1])
-        labels, dense, ids, raw, missing = (a[: self.rows] for a in self.arrays)
+        if self.arrays is None:  # no blocks at all
+            return Examples.concat([], self.num_dense, self.num_features)
+        labels, dense, ids, raw, missing = (None if a is None else a[: self.rows] for a in self.arrays)
+        assert dense is not None and ids is not None
         return Examples(labels, dense, ids, raw, missing)
+
+
+def _grown(array: np.ndarray, capacity: int, rows: int) -> np.ndarray:
+    """``array`` with room for ``capacity`` rows, its first ``rows`` rows copied."""
+    bigger = np.empty((capacity, *array.shape[1:]), array.dtype)
+    bigger[:rows] = array[:rows]
+    return bigger
