@@ -413,11 +413,9 @@ TARGET_SHARE = 0.05  # TARGETS.md: planning time per batch <= 5% of the iteratio
 def report(frame: pd.DataFrame, reports_dir: Path) -> list[Path]:
     """``reports/oracle.{png,md}``: planning time per batch of each variant beside 5% of the two
     iterations, and the ratios the targets are stated in."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import seaborn as sns
+
+    from bagpipe.harness.figures import pyplot, save_figure
 
     def value(variant: str, metric: str) -> float | None:
         found = frame[(frame.variant == variant) & (frame.metric == metric)].value
@@ -436,7 +434,7 @@ def report(frame: pd.DataFrame, reports_dir: Path) -> list[Path]:
             ms = value(variant, f"ms_per_batch_{clock}")
             if ms is not None:
                 bars.append({"variant": label, "clock": clock, "ms per batch": ms})
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+    fig, ax = pyplot().subplots(figsize=(8, 4.2))
     sns.barplot(pd.DataFrame(bars), y="variant", x="ms per batch", hue="clock", ax=ax)
     iterations = frame[frame.metric == "iteration_ms"]
     for (variant, ms), style in zip(iterations[["variant", "value"]].values, ("--", ":"), strict=False):
@@ -444,11 +442,7 @@ def report(frame: pd.DataFrame, reports_dir: Path) -> list[Path]:
     ax.set_ylabel("")
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.4, -0.18), ncol=2)
     ax.set_title("Oracle planning per batch (Kaggle-shaped, B=16384, L=200, T=8)", fontsize=10)
-    reports_dir.mkdir(parents=True, exist_ok=True)
-    figure = reports_dir / "oracle.png"
-    fig.tight_layout()
-    fig.savefig(figure, dpi=130)
-    plt.close(fig)
+    figure = save_figure(fig, reports_dir / "oracle.png")
 
     rows = ["| variant | metric | value | unit |", "|---|---|---|---|"]
     for record in frame.itertuples(index=False):

@@ -84,7 +84,7 @@ def skew(args: argparse.Namespace) -> None:
                          "table_rows": sum(sizes), "lookups": ids.size})
     frame = pd.DataFrame(rows)
     _save_csv(frame, args.results_dir / "skew" / "cdf.csv")
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for dataset, group in frame.groupby("dataset", sort=False):
         ax.plot(100 * group["row_share"], 100 * group["access_share"], label=str(dataset))
@@ -93,7 +93,7 @@ def skew(args: argparse.Namespace) -> None:
     ax.set(xscale="log", xlabel="most accessed rows (% of all rows)",
            ylabel="accesses (% of all lookups)", title="Access skew (CDF)")
     ax.legend(fontsize=8)
-    figure = _save_figure(fig, args.reports_dir / "skew.png")
+    figure = save_figure(fig, args.reports_dir / "skew.png")
     at_1pct = frame[np.isclose(frame["row_share"], 0.01)]
     table = ["| dataset | table rows | lookups sampled | accesses to top 1% of rows |",
              "|---|---|---|---|"]
@@ -124,7 +124,7 @@ def breakdown(args: argparse.Namespace) -> None:
                           + [s for s in table.index if s not in SYSTEM_ORDER])
     _save_csv(table.reset_index(), args.results_dir / "breakdown" / "phases.csv")
     _save_csv(done, args.results_dir / "breakdown" / "runs.csv")
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     bottom = np.zeros(len(table))
     for column, name in [*zip(columns, phases, strict=True), ("other", "other")]:
@@ -133,7 +133,7 @@ def breakdown(args: argparse.Namespace) -> None:
         bottom += values
     ax.set(ylabel="ms per iteration (trainer 0)", title="Where an iteration's time goes")
     ax.legend(fontsize=8)
-    figure = _save_figure(fig, args.reports_dir / "breakdown.png")
+    figure = save_figure(fig, args.reports_dir / "breakdown.png")
     comm = ["fetch_wait", "sync"]
     lines = ["| system | iter ms | " + " | ".join(phases) + " | other | embedding access + sync |",
              "|---|---|" + "---|" * (len(phases) + 2)]
@@ -172,7 +172,7 @@ def convergence(args: argparse.Namespace) -> None:
             for r in records for point in r.evals]
     frame = pd.DataFrame(rows)
     _save_csv(frame, args.results_dir / "convergence" / "evals.csv")
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
     styles = ["-", "--", ":", "-."]
     for index, (system, group) in enumerate(frame.groupby("system", sort=True)):
@@ -184,7 +184,7 @@ def convergence(args: argparse.Namespace) -> None:
     axes[1].set(xlabel="wall time (s)", ylabel="eval AUC (mean over seeds)",
                 title="AUC vs wall time")
     axes[0].legend(fontsize=8)
-    figure = _save_figure(fig, args.reports_dir / "convergence.png")
+    figure = save_figure(fig, args.reports_dir / "convergence.png")
 
     local = frame[frame["system"] == "local"].set_index(["seed", "step"])["auc"]
     target = records[0].params.get("run.target_auc", "?") if records else "?"
@@ -213,7 +213,7 @@ def convergence(args: argparse.Namespace) -> None:
                       "Regenerate: `nox -s reproduce -- convergence`."])
 
 
-def _pyplot():  # type: ignore[no-untyped-def]
+def pyplot():  # type: ignore[no-untyped-def]
     import matplotlib
 
     matplotlib.use("Agg")
@@ -227,11 +227,11 @@ def _save_csv(frame: pd.DataFrame, path: Path) -> None:
     frame.to_csv(path, index=False)
 
 
-def _save_figure(fig: object, path: Path) -> Path:
+def save_figure(fig: object, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()  # type: ignore[attr-defined]
     fig.savefig(path, dpi=130)  # type: ignore[attr-defined]
-    _pyplot().close(fig)
+    pyplot().close(fig)
     return path
 
 
@@ -250,14 +250,14 @@ def _write_report(args: argparse.Namespace, suite: str, title: str, figure: Path
 def costmodel(args: argparse.Namespace) -> None:
     from bagpipe.harness.projection import report
 
-    report(args, _write_report, _save_figure, _pyplot)
+    report(args, _write_report, save_figure, pyplot)
 
 
 def _sensitivity(suite: str) -> Callable[[argparse.Namespace], None]:
     def draw(args: argparse.Namespace) -> None:
         from bagpipe.harness.sensitivity import figure
 
-        figure(args, suite, _write_report, _save_figure, _pyplot)
+        figure(args, suite, _write_report, save_figure, pyplot)
 
     return draw
 

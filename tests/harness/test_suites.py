@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from bagpipe.harness.figures import SUITES, _pyplot, _save_figure, _write_report
+from bagpipe.harness.figures import SUITES, _write_report, pyplot, save_figure
 from bagpipe.harness.record import RunRecord
 from bagpipe.harness.schema import register_configs
 from bagpipe.harness.sensitivity import SENSITIVITIES, figure, sweep_frame
@@ -58,7 +58,7 @@ def test_skew_figure_draws_the_hot_share_per_system(tmp_path: Path) -> None:
     assert "het" not in set(frame["system"])
     args = argparse.Namespace(sweep_dir=tmp_path / "sweep", multirun_root=tmp_path,
                               results_dir=tmp_path / "results", reports_dir=tmp_path / "reports")
-    figure(args, "skew_sensitivity", _write_report, _save_figure, _pyplot)
+    figure(args, "skew_sensitivity", _write_report, save_figure, pyplot)
     report = (tmp_path / "reports" / "skew_sensitivity.md").read_text()
     assert (tmp_path / "reports" / "skew_sensitivity.png").stat().st_size > 0
     assert "| 0.9 | bagpipe | 10 | 0.5 | 2 |" in report  # ms, hit rate, kB
