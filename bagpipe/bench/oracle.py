@@ -35,7 +35,6 @@ import statistics
 import time
 import tracemalloc
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,9 +42,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bagpipe.core.batch import Batch, DatasetSchema, batch_from_arrays
+from bagpipe.core.batch import DatasetSchema
 from bagpipe.core.system import OptimConfig, TrainContext
+from bagpipe.data.examples import Examples
 from bagpipe.data.presets import CRITEO_KAGGLE, TableSpec
+from bagpipe.data.sources import ArraySource
 from bagpipe.harness.workspace import git_sha, machine
 from bagpipe.models import ModelConfig, build_dense_model
 from bagpipe.oracle import CapacityError, OracleCacher
@@ -252,43 +253,19 @@ def _dense_iteration_s(num_tables: int, repeats: int) -> float:
     return best
 
 
-@dataclass
-class _Batches:
-    """The first batches of the stream as a ``BatchSource`` of KJT ``Batch``es."""
-
-    schema: DatasetSchema
-    batch_size: int
-    batches: list[Batch]
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __getitem__(self, index: int) -> Batch:
-        return self.batches[index]
-
-    def __iter__(self) -> Iterator[Batch]:
-        return iter(self.batches)
-
-
 def _local_iteration_s(batches: list[np.ndarray], sizes: list[int], repeats: int) -> float:
     """Median time of a ``local`` training step (the ideal system: unique, gather, forward,
     backward, sparse and dense SGD) of the default small DLRM on the stream's batches, full-size
     Kaggle tables: the iteration the planner must keep ahead of."""
     schema = _schema(sizes)
-    generator = torch.Generator().manual_seed(0)
-    source = _Batches(
-        schema,
-        BATCH_SIZE,
-        [
-            batch_from_arrays(
-                torch.randn(BATCH_SIZE, schema.num_dense, generator=generator),
-                torch.from_numpy(matrix - schema.table_offsets.numpy()),
-                torch.randint(0, 2, (BATCH_SIZE,), generator=generator).float(),
-                schema.table_names,
-            )
-            for matrix in batches[: repeats + 1]
-        ],
+    rng = np.random.default_rng(0)
+    steps = repeats + 1
+    examples = Examples(
+        labels=rng.integers(0, 2, steps * BATCH_SIZE).astype(np.int8),
+        dense=rng.standard_normal((steps * BATCH_SIZE, schema.num_dense), dtype=np.float32),
+        ids=np.concatenate(batches[:steps]) - schema.table_offsets.numpy(),
     )
+    source = ArraySource(examples, schema, BATCH_SIZE)
     system = LocalSystem()
     system.setup(TrainContext(schema, ModelConfig(), OptimConfig(), BATCH_SIZE, 0, source))
     times = []
