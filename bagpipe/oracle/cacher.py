@@ -20,9 +20,9 @@ How it is fast (per batch ``b`` with ``n`` unique ids; no per-row Python loop an
   row-wise sort of int32 ``id << b | trainer`` keys for the rest;
 * ``RowMap`` turns ids into dense int32 indices once per (step, id): small tables through a direct
   array, the rest through a hash until 1/32 of a table's rows are seen, then through a direct
-  array too (one gather per array); per-row state lives in arrays over rows *seen* (grown by
-  doubling), and the window keeps per step only dense indices, owners and the positions of the
-  round's first uses;
+  array too (one gather per array); per-row state lives in arrays over rows *seen* (doubled into
+  buffers the worker touched ahead of need, ``growth``), and the window keeps per step only dense
+  indices, owners and the positions of the round's first uses;
 * every (step, id) use has a slot in a ``UseRing`` block holding its *next use*; reading batch
   ``b`` writes ``b`` into the slot of each id's previous use, found from one packed per-row
   ``(step, position)`` of its latest use. A step's ``sync_now`` is then ``next == i+1`` and its
@@ -43,13 +43,14 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 import numpy as np
 import torch
 
 from bagpipe.core.batch import Batch, DatasetSchema, global_ids
 from bagpipe.oracle.config import OracleConfig
+from bagpipe.oracle.growth import Reserve, grown, small_pages
 from bagpipe.oracle.plan import CapacityError, RoundPlan, StepPlan
 from bagpipe.oracle.ring import NEVER, UseRing
 from bagpipe.oracle.rowmap import RowMap
@@ -64,6 +65,22 @@ MAX_TRAINERS = np.iinfo(np.int16).max  # owners are int16 in the window, 16-bit 
 _POSITION_BITS = 32  # a row's latest use, packed: step << 32 | position in that step
 
 
+class _RowState(NamedTuple):
+    """Per-row planner state, indexed by dense row (``RowMap``); rows not yet met hold the fills
+    of ``_row_layout``."""
+
+    last_use: np.ndarray  # int64 latest recorded use, step << 32 | position; -1 if none
+    resident: np.ndarray  # bool
+    res_last: np.ndarray  # int32 latest committed use (resident rows)
+    res_owner: np.ndarray  # stale owner or -1
+    res_next: np.ndarray  # int32 next use after res_last, NEVER if unknown
+
+
+def _row_layout(owner_dtype: type[np.signedinteger]) -> list[tuple[type, int | bool]]:
+    """``(dtype, fill)`` of each ``_RowState`` field."""
+    return [(np.int64, -1), (np.bool_, False), (np.int32, -1), (owner_dtype, -1), (np.int32, NEVER)]
+
+
 @dataclass(frozen=True)
 class _Prepared:
     """A batch as the worker stage hands it over: its unique ids and their dense indices."""
@@ -71,6 +88,7 @@ class _Prepared:
     uniques: BatchUniques
     rows: np.ndarray  # [n] int32 dense indices of ``uniques.ids``
     rows_seen: int  # RowMap.size once this batch is indexed: per-row state must cover it
+    next_rows: list[np.ndarray] | None  # the worker's reserve of larger ``_RowState`` buffers
 
 
 @dataclass
@@ -80,13 +98,6 @@ class _StepUses:
     rows: np.ndarray  # [n] int32 dense row indices (RowMap), ascending global id
     once_owner: np.ndarray  # [n] int8/int16: owning trainer for count-1 ids, else -1
     first_in_round: np.ndarray  # positions (in ``rows``) of the ids not used earlier in the round
-
-
-def _grown(array: np.ndarray, size: int, fill: int) -> np.ndarray:
-    bigger = np.empty(size, dtype=array.dtype)
-    bigger[: array.size] = array
-    bigger[array.size :] = fill
-    return bigger
 
 
 class OracleCacher:
@@ -127,12 +138,11 @@ class OracleCacher:
             self._table_ranges, direct_rows_max=direct_rows_max, initial_slots=HASH_SLOTS
         )
         self._owner_dtype = np.int8 if num_trainers <= np.iinfo(np.int8).max else np.int16
-        self._row_slots = 0
-        self._last_use = np.empty(0, dtype=np.int64)  # latest ingested use: step << 32 | position
-        self._resident = np.empty(0, dtype=bool)
-        self._res_last = np.empty(0, dtype=np.int32)  # latest committed use (resident rows)
-        self._res_owner = np.empty(0, dtype=self._owner_dtype)  # stale owner or -1
-        self._res_next = np.empty(0, dtype=np.int32)  # next use after res_last, NEVER if unknown
+        self._row_layout = _row_layout(self._owner_dtype)
+        self._rows = _RowState(*(np.full(0, fill, dtype) for dtype, fill in self._row_layout))
+        self._rows_used = 0  # rows of ``_rows`` that may differ from the fills
+        self._row_reserve = Reserve(self._row_layout)  # the worker's: builds the next buffers
+        self._next_rows: list[np.ndarray] | None = None  # built, not yet needed
         self._resident_rows = np.empty(0, dtype=np.int32)
         # live: the window, the round being read beyond it, the round planned and the round
         # whose step plans are being made
@@ -154,16 +164,15 @@ class OracleCacher:
             return batch.numpy()
         return np.asarray(batch)
 
-    def _ensure_rows(self, count: int) -> None:
-        if count <= self._row_slots:
-            return
-        size = max(count, 2 * self._row_slots, 1024)
-        self._last_use = _grown(self._last_use, size, -1)
-        self._resident = _grown(self._resident, size, False)
-        self._res_last = _grown(self._res_last, size, -1)
-        self._res_owner = _grown(self._res_owner, size, -1)
-        self._res_next = _grown(self._res_next, size, NEVER)
-        self._row_slots = size
+    def _ensure_rows(self, prepared: _Prepared) -> None:
+        """Per-row state covering the rows of ``prepared``: grown into the worker's reserve."""
+        if prepared.next_rows is not None:
+            self._next_rows = prepared.next_rows
+        count = prepared.rows_seen
+        if count > self._rows.last_use.size:
+            buffers = grown(self._rows, self._row_layout, self._rows_used, count, self._next_rows)
+            self._rows, self._next_rows = _RowState(*buffers), None
+        self._rows_used = count
 
     def _check_ranges(self, uniques: BatchUniques, step: int) -> None:
         """Reject ids outside their column's table (they would corrupt the direct maps)."""
@@ -192,7 +201,8 @@ class OracleCacher:
         """
         uniques = self._uniques(batch, step)
         rows = self._rowmap.index(uniques.ids, uniques.columns, uniques.bounds)
-        return _Prepared(uniques, rows, self._rowmap.size)
+        size = self._rowmap.size
+        return _Prepared(uniques, rows, size, self._row_reserve.advance(size))
 
     def _uniques(self, batch: BatchLike, step: int) -> BatchUniques:
         """Batch ``step``'s unique ids, validated."""
@@ -218,17 +228,18 @@ class OracleCacher:
         """Add the next batch's uses to the window (next uses, latest uses)."""
         step = self._ingested
         rows, once_owner = prepared.rows, prepared.uniques.once_owner
-        self._ensure_rows(prepared.rows_seen)
-        previous = self._last_use.take(rows)
+        self._ensure_rows(prepared)
+        state = self._rows
+        previous = state.last_use.take(rows)
         previous_step = previous >> _POSITION_BITS
         self._ring.add(step, rows.size)
         live = previous_step >= self._ring.oldest_step
         self._ring.record(previous_step[live], previous[live] & ((1 << _POSITION_BITS) - 1), step)
         round_start = (step // self.config.ci) * self.config.ci
         first_in_round = np.flatnonzero(previous_step < round_start).astype(np.int32)
-        unknown_next = self._res_next.take(rows) == NEVER
-        self._res_next[rows[unknown_next]] = step
-        self._last_use[rows] = (step << _POSITION_BITS) | np.arange(rows.size, dtype=np.int64)
+        unknown_next = state.res_next.take(rows) == NEVER
+        state.res_next[rows[unknown_next]] = step
+        state.last_use[rows] = (step << _POSITION_BITS) | np.arange(rows.size, dtype=np.int64)
         self._steps[step] = _StepUses(rows, once_owner, first_in_round)
         self._ingested += 1
 
@@ -288,12 +299,13 @@ class OracleCacher:
             ]
         )
 
+        state = self._rows
         resident = self._resident_rows
-        latest = self._res_last.take(resident)
+        latest = state.res_last.take(resident)
         eligible = latest <= cutoff
-        stale = np.asarray(self._res_owner.take(resident)) >= 0
+        stale = np.asarray(state.res_owner.take(resident)) >= 0
         victims = eligible & stale
-        next_use = self._res_next.take(resident)
+        next_use = state.res_next.take(resident)
         in_round = next_use <= last  # the first use after a committed one is at >= first
         next_use[next_use > horizon] = NEVER
         if cfg.capacity is None:
@@ -323,9 +335,9 @@ class OracleCacher:
 
         evicted, owners = self._evict(resident[victims])
         kept = resident[~victims]
-        fetch = ~self._resident.take(round_rows)
+        fetch = ~state.resident.take(round_rows)
         prefetch_rows, prefetch_owner = round_rows[fetch], sole_owner[fetch]
-        self._resident[prefetch_rows] = True
+        state.resident[prefetch_rows] = True
         self._resident_rows = np.concatenate([kept, prefetch_rows])
         prefetch_ids, prefetch_owner = _sorted_with_owner(
             self._rowmap.ids.take(prefetch_rows), prefetch_owner
@@ -335,11 +347,11 @@ class OracleCacher:
             latest_use = np.flatnonzero(nxt > last)
             rows = u.rows.take(latest_use)
             following = nxt.take(latest_use)
-            self._res_last[rows] = i
+            state.res_last[rows] = i
             if cfg.num_trainers > 1:  # with one trainer no copy goes stale
                 stale = following > i + cfg.lookahead
-                self._res_owner[rows] = np.where(stale, u.once_owner.take(latest_use), -1)
-            self._res_next[rows] = following
+                state.res_owner[rows] = np.where(stale, u.once_owner.take(latest_use), -1)
+            state.res_next[rows] = following
 
         stats = self.stats
         stats.rounds += 1
@@ -375,14 +387,15 @@ class OracleCacher:
 
     def _evict(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Drop ``rows`` from the resident set; their sorted ids and write-back owners."""
+        state = self._rows
         ids, owners = _sorted_with_owner(
-            self._rowmap.ids.take(rows), self._res_owner.take(rows).astype(np.int64)
+            self._rowmap.ids.take(rows), state.res_owner.take(rows).astype(np.int64)
         )
         shared = owners < 0
         num_shared = int(shared.sum())
         owners[shared] = (np.arange(num_shared) * self.config.num_trainers) // max(1, num_shared)
-        self._resident[rows] = False
-        self._res_owner[rows] = -1
+        state.resident[rows] = False
+        state.res_owner[rows] = -1
         self.stats.rows_evicted += rows.size
         self.stats.rows_written_back += rows.size
         return torch.from_numpy(ids), torch.from_numpy(owners)
@@ -413,11 +426,15 @@ class OracleCacher:
         ids and ring values that mean the same to them either way (``_step_plan``), so the plans
         do not depend on the timing. Their time while this thread works is not planning time on
         the critical path and is not counted; time this thread waits for them is.
+
+        While it plans, numpy allocates without advising transparent huge pages, process-wide
+        (``growth.small_pages``: faulting them in made planning slower).
         """
         if self._started:
             raise RuntimeError("an OracleCacher plans one stream; make a new one for another")
         self._started = True
         with (
+            small_pages(),
             ThreadPoolExecutor(1, thread_name_prefix="oracle-prepare") as worker,
             ThreadPoolExecutor(1, thread_name_prefix="oracle-steps") as stepper,
         ):

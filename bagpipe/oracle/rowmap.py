@@ -22,8 +22,11 @@ from itertools import pairwise
 
 import numpy as np
 
+from bagpipe.oracle.growth import Reserve, grown
+
 _EMPTY = -1
 _MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
+_IDS_LAYOUT = [(np.int64, 0)]
 MAX_ROWS = np.iinfo(np.int32).max  # dense indices are int32
 DIRECT_MIN_SEEN_FRACTION = 1 / 32
 
@@ -58,7 +61,9 @@ class RowMap:
         self._table = np.full((1 << self._bits, 2), _EMPTY, dtype=np.int64)  # [key, value]
         self._hashed = 0  # keys in the hash, dead ones included
         self._dead_ranges: list[tuple[int, int]] = []  # id ranges of tables gone direct
-        self._ids = np.empty(1024, dtype=np.int64)
+        self._ids = np.empty(0, dtype=np.int64)
+        self._ids_reserve = Reserve(_IDS_LAYOUT)  # grows ``_ids`` without a stall
+        self._next_ids: list[np.ndarray] | None = None
         self.size = 0
 
     @property
@@ -171,10 +176,10 @@ class RowMap:
         end = self.size + keys.size
         if end > MAX_ROWS:
             raise OverflowError(f"RowMap: more than {MAX_ROWS} distinct rows")
+        self._next_ids = self._ids_reserve.advance(end) or self._next_ids
         if end > self._ids.size:
-            bigger = np.empty(max(end, 2 * self._ids.size), dtype=np.int64)
-            bigger[: self.size] = self._ids[: self.size]
-            self._ids = bigger
+            (self._ids,) = grown([self._ids], _IDS_LAYOUT, self.size, end, self._next_ids)
+            self._next_ids = None
         self._ids[self.size : end] = keys
         fresh = np.arange(self.size, end, dtype=np.int32)
         self.size = end

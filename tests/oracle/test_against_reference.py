@@ -12,7 +12,7 @@ import threading
 import numpy as np
 import pytest
 
-from bagpipe.oracle import CapacityError, OracleCacher, OracleConfig, RoundPlan, StepPlan
+from bagpipe.oracle import CapacityError, OracleCacher, OracleConfig, RoundPlan, StepPlan, growth
 from bagpipe.oracle.reference import plan_reference
 from tests.oracle.conftest import plan_fast, plan_fast_with_tables
 from tests.oracle.streams import belady_fetches, min_capacity, replay, skewed_stream
@@ -63,6 +63,26 @@ def test_fast_equals_reference(seed: int, trainers: int, lookahead: int, ci: int
         replay(stream, config, got)
         if capacity is not None:
             assert got_stats.peak_resident_rows <= capacity
+
+
+@pytest.mark.parametrize("slots_per_row_added", [1, 16])
+def test_plans_do_not_depend_on_how_row_state_grows(
+    monkeypatch: pytest.MonkeyPatch, slots_per_row_added: int
+) -> None:
+    """Per-row state and the row map's ids grow through reserves filled a slice per batch (16
+    slots per row added: always ready in time) or fall behind and grow in place (1): the same
+    plans."""
+    monkeypatch.setattr(growth, "EAGER_SLOTS", 0)
+    monkeypatch.setattr(growth, "SLOTS_PER_ROW_ADDED", slots_per_row_added)
+    stream = skewed_stream(5, num_steps=30)
+    for config in (
+        OracleConfig(2, 4, 2),
+        OracleConfig(3, 6, 2, min_capacity(stream, OracleConfig(3, 6, 2))),
+    ):
+        expected, _ = plan_reference(stream, config)
+        got, _ = plan_fast_with_tables(stream, config, (40, 15, 60), direct_rows_max=15)
+        assert all(_same(a, b) for a, b in zip(got, expected, strict=True))
+        assert len(got) == len(expected)
 
 
 def test_capacity_below_minimum_raises_with_the_minimum() -> None:

@@ -11,8 +11,14 @@ from bagpipe.bench.oracle import report
 
 def _row(variant: str, metric: str, value: float, unit: str = "ms") -> dict:
     config = {"batches": 800, "batch_size": 16384, "lookahead": 200, "trainers": 8}
-    return {"benchmark": "oracle", "variant": variant, "metric": metric, "value": value,
-            "unit": unit, **config}
+    return {
+        "benchmark": "oracle",
+        "variant": variant,
+        "metric": metric,
+        "value": value,
+        "unit": unit,
+        **config,
+    }
 
 
 def test_report_draws_every_variant_and_both_iterations(tmp_path: Path) -> None:

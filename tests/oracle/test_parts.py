@@ -1,10 +1,12 @@
-"""The fast planner's parts: per-column uniques, the row map, the next-use ring."""
+"""The fast planner's parts: per-column uniques, the row map, the next-use ring, array growth."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from bagpipe.oracle import growth
+from bagpipe.oracle.growth import Reserve, grown, small_pages
 from bagpipe.oracle.ring import NEVER, UseRing
 from bagpipe.oracle.rowmap import RowMap
 from bagpipe.oracle.uniques import batch_uniques
@@ -81,3 +83,56 @@ def test_use_ring_wraps_and_grows_keeping_live_blocks() -> None:
             del live[min(live)]
         for s, expected in live.items():
             assert np.array_equal(ring.next_uses(s), expected)
+
+
+LAYOUT = [(np.int64, -1), (np.bool_, False), (np.int32, NEVER)]
+
+
+def test_a_reserve_is_ready_before_the_rows_outgrow_the_arrays(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rows seen grow 1000 at a time to 200k: every growth finds complete reserve buffers, so the
+    owner never fills buffers itself; each growth keeps the rows in use."""
+    monkeypatch.setattr(growth, "EAGER_SLOTS", 1024)  # larger buffers are filled a slice a call
+    reserve = Reserve(LAYOUT)
+    arrays = [np.full(0, fill, dtype=dtype) for dtype, fill in LAYOUT]
+    ready, own_growths, used = None, 0, 0
+    for seen in range(1000, 200_001, 1000):
+        ready = reserve.advance(seen) or ready
+        if seen > arrays[0].size:
+            own_growths += ready is None or ready[0].size < seen
+            arrays, ready = grown(arrays, LAYOUT, used, seen, ready), None
+            for array, (dtype, fill) in zip(arrays, LAYOUT, strict=True):
+                assert array.dtype == dtype and np.all(array[used:] == fill)
+                assert np.array_equal(array[:used], np.full(used, 7, dtype=dtype))
+        for array in arrays:
+            array[used:seen] = 7  # the rows now in use
+        used = seen
+    assert own_growths == 0
+    assert arrays[0].size <= 4 * used  # memory stays proportional to the rows seen
+
+
+def test_grown_fills_new_buffers_when_a_reserve_is_too_small() -> None:
+    arrays = [
+        np.arange(4, dtype=np.int64),
+        np.ones(4, dtype=np.bool_),
+        np.arange(4, dtype=np.int32),
+    ]
+    small = [np.empty(5, dtype=dtype) for dtype, _ in LAYOUT]
+    bigger = grown(arrays, LAYOUT, 3, 6, small)
+    assert bigger[0] is not small[0] and bigger[0].size == 8
+    assert bigger[0].tolist() == [0, 1, 2] + [-1] * 5
+    assert bigger[1].tolist() == [True] * 3 + [False] * 5
+    assert bigger[2].tolist() == [0, 1, 2] + [NEVER] * 5
+
+
+def test_small_pages_restore_numpys_huge_page_advice() -> None:
+    from numpy._core.multiarray import _set_madvise_hugepage  # type: ignore[attr-defined]
+
+    before = _set_madvise_hugepage(True)
+    try:
+        with small_pages():
+            assert _set_madvise_hugepage(False) is False  # off inside
+        assert _set_madvise_hugepage(True) is True  # restored
+    finally:
+        _set_madvise_hugepage(before)

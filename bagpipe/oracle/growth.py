@@ -1,0 +1,111 @@
+"""How the planner's arrays grow: ``Reserve`` builds the next, larger buffers a slice at a time
+ahead of need, so that growing is a copy into memory already in place; ``small_pages`` keeps numpy
+from advising transparent huge pages for them.
+
+Why: the planner's per-row arrays double as rows are seen, and the first write to each page of a
+fresh buffer costs far more than the write itself (a page fault and zeroing). Done all at once when
+an array overflows, that stalled the planning thread for 0.66 s at 7.6 M rows, several whole
+batches' worth of planning. A reserve spreads the cost: once the rows seen pass 3/4 of the capacity,
+every call fills a slice of the next buffers (with the arrays' fill values) in proportion to the
+rows added, so the buffers are complete before the rows seen reach the capacity. The owner of the
+arrays then copies its rows over (``grown``). Memory stays proportional to the rows seen: from
+3/4 of the capacity C on, the arrays and the next buffers take 3C, as a plain doubling takes at
+the moment it copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import numpy as np
+
+try:
+    from numpy._core.multiarray import _set_madvise_hugepage  # type: ignore[attr-defined]
+except ImportError:  # a numpy without the switch: its default advice stays
+    _set_madvise_hugepage = None
+
+START_FRACTION = 3 / 4  # of the capacity C: the next buffers (2C slots) are begun at 3C/4 rows
+SLOTS_PER_ROW_ADDED = 16  # and filled 16 slots per row added: complete at 7C/8
+EAGER_SLOTS = 1 << 20  # next buffers up to this size are filled at once
+
+
+class Reserve:
+    """Builds, a slice per ``advance``, the next buffers of arrays with these ``(dtype, fill)``.
+
+    One thread owns a reserve; the buffers it returns are complete and no longer touched by it.
+    """
+
+    def __init__(self, layout: Sequence[tuple[type, int | bool]]) -> None:
+        self._layout = list(layout)
+        self.capacity = 0  # slots of the buffers last returned
+        self._next: list[np.ndarray] = []
+        self._filled = 0
+        self._used = 0
+
+    def advance(self, used: int) -> list[np.ndarray] | None:
+        """Note that ``used`` rows are now seen; the next buffers once they are complete, else
+        ``None``. New buffers are begun once ``used`` passes ``START_FRACTION`` of ``capacity``
+        (not at once: growing by doubling leaves the rows at half the new capacity).
+        """
+        added, self._used = max(0, used - self._used), used
+        if not self._next:
+            if used <= START_FRACTION * self.capacity:
+                return None
+            size = max(2 * self.capacity, 2 * used)
+            self._next = [np.empty(size, dtype=dtype) for dtype, _ in self._layout]
+            self._filled = 0
+            if size <= EAGER_SLOTS:
+                added = size
+        size = self._next[0].size
+        stop = min(size, self._filled + SLOTS_PER_ROW_ADDED * added)
+        for buffer, (_, fill) in zip(self._next, self._layout, strict=True):
+            buffer[self._filled : stop] = fill
+        self._filled = stop
+        if stop < size:
+            return None
+        ready, self._next = self._next, []
+        self.capacity = size
+        return ready
+
+
+def grown(
+    arrays: Sequence[np.ndarray],
+    layout: Sequence[tuple[type, int | bool]],
+    used: int,
+    needed: int,
+    ready: list[np.ndarray] | None,
+) -> list[np.ndarray]:
+    """``arrays`` (of this layout, ``used`` rows in use) grown to at least ``needed`` slots.
+
+    Into ``ready``, a reserve's buffers, if they are large enough; else into new buffers of twice
+    the size (or ``needed``), filled now: the stall a reserve avoids.
+    """
+    if ready is None or ready[0].size < needed:
+        size = max(needed, 2 * arrays[0].size)
+        ready = [np.full(size, fill, dtype=dtype) for dtype, fill in layout]
+    for old, new in zip(arrays, ready, strict=True):
+        new[:used] = old[:used]
+    return ready
+
+
+@contextmanager
+def small_pages() -> Iterator[None]:
+    """Arrays numpy allocates meanwhile, in any thread, are not advised onto transparent huge pages.
+
+    Why: numpy advises huge pages for every array of 4 MB or more, and where free memory is
+    fragmented the kernel compacts memory to fault each one in. On the 2-core machine a fresh
+    122 MB array took 250-330 ms to fill with that advice and 80-90 ms without, and planning the
+    benchmark's Kaggle stream (``bagpipe.bench.oracle``) on one thread took 18.4-20.1 ms per batch
+    with it against 13.5-16.5 ms without (3 alternating runs each), most of it in the worker stage,
+    whose per-batch temporaries and growing arrays are fresh memory. Process-wide while it lasts;
+    the advice only ever changes speed, never results.
+    """
+    if _set_madvise_hugepage is None:
+        yield
+        return
+    previous = _set_madvise_hugepage(False)
+    try:
+        yield
+    finally:
+        _set_madvise_hugepage(previous)
