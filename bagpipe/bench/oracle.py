@@ -6,35 +6,42 @@ T = 8. Ids are drawn directly with numpy by inverse CDF (``_TableSampler``); the
 once per run and shared by every variant. Its realised skew (share of accesses taken by the top
 0.1/1/10% of touched rows) is reported beside TARGETS.md's anchor (79.1/92.1/96.3%).
 
-Measured in one run, each as wall time and as this process's CPU time (the machine is shared, so
-CPU time is the steadier figure; it includes the planner's worker thread, which computes the next
-batches' unique ids on a second core, so the wall time on the planning thread can be lower): ``OracleCacher`` told the tables (as ``Batch``es would), without
-and with a capacity of 0.6 x the uncapped peak resident rows (raised to the minimum a round needs
-if that is more); ``original_oracle``, a faithful
-re-implementation of the ORIGINAL Bagpipe oracle's algorithm (dense per-row int64 ``last_seen`` /
-``lease`` arrays over every row of every table, per-table ``np.unique`` and ``in1d``; bagpipe.md
-§2.2), for planning alone and with its per-table unique/once computation (like with like: our
-figure includes our unique/once). Plus the ratio of planning time per batch (CPU time of all
-threads; wall time of the planning thread) to a training iteration of the same configuration,
-two ways: a ``local`` step of the default small DLRM on the stream's own batches with full-size
-Kaggle tables (the ideal system's whole iteration: what the planner must keep ahead of), and that
-model's dense forward + backward alone (embedding rows given), a lower bound of any iteration, so
-that ratio is an upper bound. The planning time in the ratios is per batch in steady state (the
-window full, batches still being read; ``_steady_steps``) when the stream is long enough (the full
-run), else over the whole stream, whose first L batches fill the window and whose row map and
-per-row state grow most. Rows fetched at
-T = 8 include refetches the design forces (plan.py): a row last used by one trainer alone is stale
-on the others, so it is written back, evicted and fetched again if reused; they are not counted
-apart here.
+Measured in one run, each as wall time and as this process's CPU time (it includes the planner's
+helper threads, so the wall time on the planning thread can be lower):
+
+* ``OracleCacher`` told the tables (as ``Batch``es would), without and with a capacity of 0.6 x
+  the uncapped peak resident rows (raised to the minimum a round needs if that is more);
+* ``original_oracle``, a faithful re-implementation of the ORIGINAL Bagpipe oracle's algorithm
+  (dense per-row int64 ``last_seen`` / ``lease`` arrays over every row of every table, per-table
+  ``np.unique`` and ``in1d``; bagpipe.md §2.2), for planning alone and with its per-table
+  unique/once computation (like with like: our figure includes our unique/once);
+* the ratio of planning time per batch to a training iteration of the same configuration, two
+  ways: a ``local`` step of the default small DLRM on the stream's own batches with full-size
+  Kaggle tables (the ideal system's whole iteration: what the planner must keep ahead of), and
+  that model's dense forward + backward alone (embedding rows given), a lower bound of any
+  iteration, so that ratio is an upper bound. The planning time in the ratios is per batch in
+  steady state (the window full, batches still being read; ``_steady_steps``) when the stream is
+  long enough (the full run), else over the whole stream, whose first L batches fill the window
+  and whose row map and per-row state grow most.
+
+The machine is shared and its speed drifts by tens of percent within minutes, so the full run
+repeats (OracleCacher, original, both iterations) three times and reports medians: each planning
+ratio is taken over the mean of the iterations timed just before and just after that planner run,
+each speed-up over the original from the pair of runs made together, and the spread of the
+target ratio is reported beside its median. Rows fetched at T = 8 include refetches the design
+forces (plan.py): a row last used by one trainer alone is stale on the others, so it is written
+back, evicted and fetched again if reused; they are not counted apart here.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import time
 import tracemalloc
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,31 +186,25 @@ def _steady_steps(num_batches: int) -> tuple[int, int]:
     return LOOKAHEAD, num_batches - LOOKAHEAD - 2 * ci
 
 
-def _planner_run(
+def _planner(sizes: list[int], capacity: int | None) -> OracleCacher:
+    return OracleCacher(
+        _schema(sizes), num_trainers=NUM_TRAINERS, lookahead=LOOKAHEAD, capacity=capacity
+    )
+
+
+def _planner_timing(
     batches: list[np.ndarray], sizes: list[int], capacity: int | None
 ) -> dict[str, float]:
-    """One timed run, then one under ``tracemalloc`` for the peak memory: tracing slows every
-    allocation, and the original's timed run is not traced either."""
-
-    def planner() -> OracleCacher:
-        return OracleCacher(
-            _schema(sizes), num_trainers=NUM_TRAINERS, lookahead=LOOKAHEAD, capacity=capacity
-        )
-
-    timed = planner()
-    stats = timed.stats
+    """One timed run: planning and CPU time over the whole stream and over its steady state."""
+    planner = _planner(sizes, capacity)
+    stats = planner.stats
     first, last = _steady_steps(len(batches))
     marks: dict[int, tuple[float, float]] = {}  # step plans emitted -> (planning s, CPU s)
     cpu_started = time.process_time()
-    for _ in timed.plan(batches):
+    for _ in planner.plan(batches):
         if stats.steps in (first, last) and stats.steps not in marks:
             marks[stats.steps] = (stats.planning_time_s, time.process_time() - cpu_started)
     cpu_s = time.process_time() - cpu_started
-    tracemalloc.start()
-    for _ in planner().plan(batches):
-        pass
-    _, peak_bytes = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
     steady = {}
     if first < last:
         steady = {
@@ -216,12 +217,22 @@ def _planner_run(
         "wall_s": stats.planning_time_s,
         "cpu_s": cpu_s,
         "unique_ids": stats.unique_ids,
-        "peak_bytes": peak_bytes,
         "peak_resident_rows": stats.peak_resident_rows,
         "rows_prefetched": stats.rows_prefetched,
         "capacity_evictions": stats.capacity_evictions,
         "lease_breaks": stats.lease_breaks,
     }
+
+
+def _planner_peak_bytes(batches: list[np.ndarray], sizes: list[int], capacity: int | None) -> int:
+    """Peak memory allocated while planning, from a run of its own under ``tracemalloc`` (tracing
+    slows every allocation, and the original's timed run is not traced either)."""
+    tracemalloc.start()
+    for _ in _planner(sizes, capacity).plan(batches):
+        pass
+    _, peak_bytes = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return peak_bytes
 
 
 def _skew(batches: list[np.ndarray]) -> dict[str, float]:
@@ -235,46 +246,66 @@ def _skew(batches: list[np.ndarray]) -> dict[str, float]:
     }
 
 
-def _dense_iteration_s(num_tables: int, repeats: int) -> float:
-    """Best-of time of the default small DLRM's dense forward + backward alone at B = 16384: a
-    lower bound of any training iteration of this configuration."""
-    cfg = ModelConfig()
-    schema = _schema([2] * num_tables)
-    model = build_dense_model(cfg, schema, seed=0)
-    dense = torch.randn(BATCH_SIZE, schema.num_dense)
-    pooled = torch.randn(BATCH_SIZE, num_tables, cfg.embedding_dim, requires_grad=True)
-    labels = torch.randint(0, 2, (BATCH_SIZE,)).float()
-    best = math.inf
-    for _ in range(repeats):
-        started = time.perf_counter()
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(model(dense, pooled), labels)
-        loss.backward()
-        best = min(best, time.perf_counter() - started)
-    return best
+class _DenseStep:
+    """The default small DLRM's dense forward + backward alone at B = 16384 (embedding rows given):
+    a lower bound of any training iteration of this configuration. Timed as the best of
+    ``repeats``."""
+
+    def __init__(self, num_tables: int, repeats: int) -> None:
+        cfg = ModelConfig()
+        schema = _schema([2] * num_tables)
+        self.model = build_dense_model(cfg, schema, seed=0)
+        self.dense = torch.randn(BATCH_SIZE, schema.num_dense)
+        self.pooled = torch.randn(BATCH_SIZE, num_tables, cfg.embedding_dim, requires_grad=True)
+        self.labels = torch.randint(0, 2, (BATCH_SIZE,)).float()
+        self.repeats = repeats
+
+    def __call__(self) -> float:
+        best = math.inf
+        for _ in range(self.repeats):
+            started = time.perf_counter()
+            logits = self.model(self.dense, self.pooled)
+            torch.nn.functional.binary_cross_entropy_with_logits(logits, self.labels).backward()
+            best = min(best, time.perf_counter() - started)
+        return best
 
 
-def _local_iteration_s(batches: list[np.ndarray], sizes: list[int], repeats: int) -> float:
-    """Median time of a ``local`` training step (the ideal system: unique, gather, forward,
-    backward, sparse and dense SGD) of the default small DLRM on the stream's batches, full-size
-    Kaggle tables: the iteration the planner must keep ahead of."""
-    schema = _schema(sizes)
-    rng = np.random.default_rng(0)
-    steps = repeats + 1
-    examples = Examples(
-        labels=rng.integers(0, 2, steps * BATCH_SIZE).astype(np.int8),
-        dense=rng.standard_normal((steps * BATCH_SIZE, schema.num_dense), dtype=np.float32),
-        ids=np.concatenate(batches[:steps]) - schema.table_offsets.numpy(),
-    )
-    source = ArraySource(examples, schema, BATCH_SIZE)
-    system = LocalSystem()
-    system.setup(TrainContext(schema, ModelConfig(), OptimConfig(), BATCH_SIZE, 0, source))
-    times = []
-    for step, batch in enumerate(source):
-        started = time.perf_counter()
-        system.train_step(step, batch)
-        times.append(time.perf_counter() - started)
-    system.close()
-    return statistics.median(times[1:])  # the first step pays first-touch costs
+class _LocalStep:
+    """A ``local`` training step (the ideal system: unique, gather, forward, backward, sparse and
+    dense SGD) of the default small DLRM on the stream's batches, full-size Kaggle tables: the
+    iteration the planner must keep ahead of. Set up once (the tables take seconds to build);
+    timed as the median of ``repeats`` steps."""
+
+    def __init__(self, batches: list[np.ndarray], sizes: list[int], repeats: int) -> None:
+        schema = _schema(sizes)
+        rng = np.random.default_rng(0)
+        count = repeats + 1
+        examples = Examples(
+            labels=rng.integers(0, 2, count * BATCH_SIZE).astype(np.int8),
+            dense=rng.standard_normal((count * BATCH_SIZE, schema.num_dense), dtype=np.float32),
+            ids=np.concatenate(batches[:count]) - schema.table_offsets.numpy(),
+        )
+        self.source = ArraySource(examples, schema, BATCH_SIZE)
+        self.system = LocalSystem()
+        self.system.setup(
+            TrainContext(schema, ModelConfig(), OptimConfig(), BATCH_SIZE, 0, self.source)
+        )
+        self.system.train_step(0, self.source[0])  # pays first-touch costs
+        self.repeats = repeats
+        self.step = 1
+
+    def __call__(self) -> float:
+        times = []
+        for _ in range(self.repeats):
+            batch = self.source[self.step % len(self.source)]
+            started = time.perf_counter()
+            self.system.train_step(self.step, batch)
+            times.append(time.perf_counter() - started)
+            self.step += 1
+        return statistics.median(times)
+
+    def close(self) -> None:
+        self.system.close()
 
 
 def run(quick: bool) -> list[dict]:
@@ -306,22 +337,56 @@ def run(quick: bool) -> list[dict]:
         add(variant, "batches_per_s_cpu", num_batches / cpu_s, "batches/s")
         add(variant, "unique_ids_per_s_cpu", unique_ids / cpu_s, "ids/s")
 
-    free = _planner_run(batches, sizes, None)
+    # repetitions of (OracleCacher, original, the two iterations), each planning ratio over the
+    # mean of the iterations timed just before and just after it, so that a drift of the shared
+    # machine's speed moves numerator and denominator alike; medians over the repetitions
+    repeats = 1 if quick else 3
+    local = _LocalStep(batches, sizes, 3 if quick else 5)
+    timers: dict[str, Callable[[], float]] = {
+        "local_dlrm_small_step_b16384_cpu": local,
+        "dlrm_small_dense_fwd_bwd_b16384_cpu": _DenseStep(len(sizes), 3 if quick else 5),
+    }
+    iteration_s = {name: [timer()] for name, timer in timers.items()}
+    ours, originals = [], []
+    for _ in range(repeats):
+        ours.append(_planner_timing(batches, sizes, None))
+        cpu_started = time.process_time()
+        original = original_oracle(batches, sizes, LOOKAHEAD)
+        originals.append({**original, "cpu_s": time.process_time() - cpu_started})
+        for name, timer in timers.items():
+            iteration_s[name].append(timer())
+    local.close()
+
+    free = ours[0]
     unique_ids = int(free["unique_ids"])
+    add("ratio", "repetitions", repeats, "runs")
     add("ratio", "unique_ids_per_batch", unique_ids / num_batches, "ids")
-    add_speed("oracle_cacher", free["wall_s"], free["cpu_s"], unique_ids)
+    median = statistics.median
+    add_speed(
+        "oracle_cacher",
+        median(run["wall_s"] for run in ours),
+        median(run["cpu_s"] for run in ours),
+        unique_ids,
+    )
     # per batch in steady state, else over the whole stream (window fill and table growth included)
-    planning = {"wall": free["wall_s"] / num_batches, "cpu": free["cpu_s"] / num_batches}
-    if "steady_batches" in free:
-        steady_batches = free["steady_batches"]
-        planning = {
-            "wall": free["steady_wall_s"] / steady_batches,
-            "cpu": free["steady_cpu_s"] / steady_batches,
-        }
-        add("oracle_cacher_steady", "batches", steady_batches, "batches")
-        add("oracle_cacher_steady", "ms_per_batch_wall", 1e3 * planning["wall"], "ms")
-        add("oracle_cacher_steady", "ms_per_batch_cpu", 1e3 * planning["cpu"], "ms")
-    add("oracle_cacher", "peak_traced_memory", free["peak_bytes"] / 2**20, "MiB")
+    steady = "steady_batches" in free
+    planning = {
+        clock: [run[f"steady_{clock}_s" if steady else f"{clock}_s"] for run in ours]
+        for clock in ("wall", "cpu")
+    }
+    batches_timed = free["steady_batches"] if steady else num_batches
+    for clock in planning:
+        planning[clock] = [value / batches_timed for value in planning[clock]]
+    if steady:
+        add("oracle_cacher_steady", "batches", batches_timed, "batches")
+        for clock, per_batch in planning.items():
+            add("oracle_cacher_steady", f"ms_per_batch_{clock}", 1e3 * median(per_batch), "ms")
+    add(
+        "oracle_cacher",
+        "peak_traced_memory",
+        _planner_peak_bytes(batches, sizes, None) / 2**20,
+        "MiB",
+    )
     add("oracle_cacher", "peak_resident_rows", free["peak_resident_rows"], "rows")
     add("oracle_cacher", "rows_prefetched", free["rows_prefetched"], "rows")
     # 0.6 x the uncapped peak, raised to the minimum a round needs when that is larger (the
@@ -330,7 +395,7 @@ def run(quick: bool) -> list[dict]:
     capped = None
     for _ in range(3):
         try:
-            capped = _planner_run(batches, sizes, capacity)
+            capped = _planner_timing(batches, sizes, capacity)
             break
         except CapacityError as error:
             capacity = max(capacity + 1, int(1.02 * error.min_capacity))
@@ -340,47 +405,38 @@ def run(quick: bool) -> list[dict]:
     else:
         add(variant, "capacity_over_uncapped_peak", capacity / free["peak_resident_rows"], "x")
         add_speed(variant, capped["wall_s"], capped["cpu_s"], unique_ids)
-        add(variant, "peak_traced_memory", capped["peak_bytes"] / 2**20, "MiB")
+        peak_bytes = _planner_peak_bytes(batches, sizes, capacity)
+        add(variant, "peak_traced_memory", peak_bytes / 2**20, "MiB")
         for key in ("rows_prefetched", "capacity_evictions", "lease_breaks"):
             add(variant, key, capped[key], "rows")
 
-    cpu_started = time.process_time()
-    original = original_oracle(batches, sizes, LOOKAHEAD)
-    original_cpu_s = time.process_time() - cpu_started
-    original_wall_s = original["plan_s"] + original["unique_s"]
-    add_speed("original_dense_numpy_with_unique", original_wall_s, original_cpu_s, unique_ids)
+    original_wall = [run["plan_s"] + run["unique_s"] for run in originals]
+    original_cpu = [run["cpu_s"] for run in originals]
+    add_speed(
+        "original_dense_numpy_with_unique", median(original_wall), median(original_cpu), unique_ids
+    )
     add(
         "original_dense_numpy",
         "ms_per_batch_wall_planning_only",
-        1e3 * original["plan_s"] / num_batches,
+        1e3 * median(run["plan_s"] for run in originals) / num_batches,
         "ms",
     )
     add("original_dense_numpy", "state_memory", 2 * 8 * sum(sizes) / 2**20, "MiB")
-    add(
-        "ratio",
-        "oracle_cacher_speed_over_original_with_unique_cpu",
-        original_cpu_s / free["cpu_s"],
-        "x",
-    )
-    add(
-        "ratio",
-        "oracle_cacher_speed_over_original_with_unique_wall",
-        original_wall_s / free["wall_s"],
-        "x",
-    )
-    iterations = {
-        "local_dlrm_small_step_b16384_cpu": _local_iteration_s(batches, sizes, 3 if quick else 5),
-        "dlrm_small_dense_fwd_bwd_b16384_cpu": _dense_iteration_s(len(sizes), 3 if quick else 5),
-    }
-    for variant, iteration_s in iterations.items():
-        add(variant, "iteration_ms", 1e3 * iteration_s, "ms")
-        for clock, per_batch_s in planning.items():
-            add(
-                "ratio",
-                f"oracle_cacher_{clock}_per_batch_over_{variant}",
-                per_batch_s / iteration_s,
-                "x",
-            )
+    for clock, theirs in (("cpu", original_cpu), ("wall", original_wall)):
+        speedups = [other / run[f"{clock}_s"] for other, run in zip(theirs, ours, strict=True)]
+        add(
+            "ratio", f"oracle_cacher_speed_over_original_with_unique_{clock}", median(speedups), "x"
+        )
+    for name, times in iteration_s.items():
+        add(name, "iteration_ms", 1e3 * median(times), "ms")
+        around = [(before + after) / 2 for before, after in itertools.pairwise(times)]
+        for clock, per_batch in planning.items():
+            shares = [plan_s / iter_s for plan_s, iter_s in zip(per_batch, around, strict=True)]
+            metric = f"oracle_cacher_{clock}_per_batch_over_{name}"
+            add("ratio", metric, median(shares), "x")
+            if repeats > 1:
+                add("ratio", f"{metric}_min", min(shares), "x")
+                add("ratio", f"{metric}_max", max(shares), "x")
     return rows
 
 
@@ -414,7 +470,9 @@ def report(frame: pd.DataFrame, reports_dir: Path) -> list[Path]:
     fig, ax = pyplot().subplots(figsize=(8, 4.2))
     sns.barplot(pd.DataFrame(bars), y="variant", x="ms per batch", hue="clock", ax=ax)
     iterations = frame[frame.metric == "iteration_ms"]
-    for (variant, ms), style in zip(iterations[["variant", "value"]].values, ("--", ":"), strict=False):
+    for (variant, ms), style in zip(
+        iterations[["variant", "value"]].values, ("--", ":"), strict=False
+    ):
         ax.axvline(TARGET_SHARE * ms, color="k", linestyle=style, label=f"5% of {variant}")
     ax.set_ylabel("")
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.4, -0.18), ncol=2)
