@@ -38,3 +38,20 @@ def test_report_draws_every_variant_and_both_iterations(tmp_path: Path) -> None:
     written = text.read_text()
     assert "| oracle_cacher | ms_per_batch_wall | 9 | ms |" in written
     assert "800 batches of 16384, L = 200, T = 8" in written
+
+
+def test_report_states_each_target_it_has_a_figure_for(tmp_path: Path) -> None:
+    share = "oracle_cacher_wall_per_batch_over_local_dlrm_small_step_b16384_cpu"
+    frame = pd.DataFrame(
+        [
+            _row("oracle_cacher", "ms_per_batch_wall", 9.0),
+            _row("ratio", share, 0.047, "x"),
+            _row("ratio", f"{share}_min", 0.037, "x"),
+            _row("ratio", f"{share}_max", 0.055, "x"),
+            _row("ratio", "oracle_cacher_speed_over_original_with_unique_cpu", 0.8, "x"),
+        ]
+    )
+    written = report(frame, tmp_path)[1].read_text()
+    assert "is 4.7% of a `local` step (repetitions 3.7% to 5.5%): met." in written
+    assert "0.80x the original's speed by cpu time: not met." in written
+    assert "by wall time" not in written  # no figure, no claim
