@@ -31,10 +31,6 @@ class UseRing:
         """The oldest live step (the next step to be added if none is live)."""
         return self._live[0][0] if self._live else -1
 
-    @property
-    def nbytes(self) -> int:
-        return self._values.nbytes + self._bases.nbytes
-
     def add(self, step: int, count: int) -> None:
         """A block of ``count`` slots (all ``NEVER``) for ``step``, newer than every live step."""
         if len(self._live) >= self._bases.size:

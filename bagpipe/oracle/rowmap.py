@@ -71,11 +71,6 @@ class RowMap:
         """``ids[index]`` = the global id with that dense index (a view of ``size`` entries)."""
         return self._ids[: self.size]
 
-    @property
-    def nbytes(self) -> int:
-        direct = sum(a.nbytes for a in self._arrays)
-        return self._table.nbytes + self._ids.nbytes + direct
-
     def is_direct(self, column: int) -> bool:
         return column in self._where
 
