@@ -49,8 +49,9 @@ import numpy as np
 import torch
 
 from bagpipe.core.batch import Batch, DatasetSchema, global_ids
+from bagpipe.core.memory import small_pages
 from bagpipe.oracle.config import OracleConfig
-from bagpipe.oracle.growth import Reserve, grown, small_pages
+from bagpipe.oracle.growth import Reserve, grown
 from bagpipe.oracle.plan import CapacityError, RoundPlan, StepPlan
 from bagpipe.oracle.ring import NEVER, UseRing
 from bagpipe.oracle.rowmap import RowMap
@@ -428,7 +429,7 @@ class OracleCacher:
         the critical path and is not counted; time this thread waits for them is.
 
         While it plans, numpy allocates without advising transparent huge pages, process-wide
-        (``growth.small_pages``: faulting them in made planning slower).
+        (``bagpipe.core.memory.small_pages``: faulting them in made planning slower).
         """
         if self._started:
             raise RuntimeError("an OracleCacher plans one stream; make a new one for another")

@@ -1,6 +1,5 @@
 """How the planner's arrays grow: ``Reserve`` builds the next, larger buffers a slice at a time
-ahead of need, so that growing is a copy into memory already in place; ``small_pages`` keeps numpy
-from advising transparent huge pages for them.
+ahead of need, so that growing is a copy into memory already in place.
 
 Why: the planner's per-row arrays double as rows are seen, and the first write to each page of a
 fresh buffer costs far more than the write itself (a page fault and zeroing). Done all at once when
@@ -15,15 +14,9 @@ the moment it copies.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import numpy as np
-
-try:
-    from numpy._core.multiarray import _set_madvise_hugepage  # type: ignore[attr-defined]
-except ImportError:  # a numpy without the switch: its default advice stays
-    _set_madvise_hugepage = None
 
 START_FRACTION = 3 / 4  # of the capacity C: the next buffers (2C slots) are begun at 3C/4 rows
 SLOTS_PER_ROW_ADDED = 16  # and filled 16 slots per row added: complete at 7C/8
@@ -87,25 +80,3 @@ def grown(
     for old, new in zip(arrays, ready, strict=True):
         new[:used] = old[:used]
     return ready
-
-
-@contextmanager
-def small_pages() -> Iterator[None]:
-    """Arrays numpy allocates meanwhile, in any thread, are not advised onto transparent huge pages.
-
-    Why: numpy advises huge pages for every array of 4 MB or more, and where free memory is
-    fragmented the kernel compacts memory to fault each one in. On the 2-core machine a fresh
-    122 MB array took 250-330 ms to fill with that advice and 80-90 ms without, and planning the
-    benchmark's Kaggle stream (``bagpipe.bench.oracle``) on one thread took 18.4-20.1 ms per batch
-    with it against 13.5-16.5 ms without (3 alternating runs each), most of it in the worker stage,
-    whose per-batch temporaries and growing arrays are fresh memory. Process-wide while it lasts;
-    the advice only ever changes speed, never results.
-    """
-    if _set_madvise_hugepage is None:
-        yield
-        return
-    previous = _set_madvise_hugepage(False)
-    try:
-        yield
-    finally:
-        _set_madvise_hugepage(previous)

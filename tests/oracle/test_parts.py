@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bagpipe.oracle import growth
-from bagpipe.oracle.growth import Reserve, grown, small_pages
+from bagpipe.oracle.growth import Reserve, grown
 from bagpipe.oracle.ring import NEVER, UseRing
 from bagpipe.oracle.rowmap import RowMap
 from bagpipe.oracle.uniques import batch_uniques
@@ -124,15 +124,3 @@ def test_grown_fills_new_buffers_when_a_reserve_is_too_small() -> None:
     assert bigger[0].tolist() == [0, 1, 2] + [-1] * 5
     assert bigger[1].tolist() == [True] * 3 + [False] * 5
     assert bigger[2].tolist() == [0, 1, 2] + [NEVER] * 5
-
-
-def test_small_pages_restore_numpys_huge_page_advice() -> None:
-    from numpy._core.multiarray import _set_madvise_hugepage  # type: ignore[attr-defined]
-
-    before = _set_madvise_hugepage(True)
-    try:
-        with small_pages():
-            assert _set_madvise_hugepage(False) is False  # off inside
-        assert _set_madvise_hugepage(True) is True  # restored
-    finally:
-        _set_madvise_hugepage(before)
