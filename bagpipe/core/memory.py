@@ -1,16 +1,17 @@
 """``small_pages``: numpy allocations without the advice to back them by transparent huge pages.
 
-Why: numpy advises huge pages for every array of 4 MB or more, and where free memory is fragmented
-(a shared machine that has run for a while) the kernel compacts memory to fault each one in. Code
-that fills fresh arrays once, in bulk, then pays far more for the first touch than for the writes.
-Measured on the 2-core machine, in alternating runs:
+Why: numpy advises huge pages for every array of 4 MB or more. On the 2-core machine (a virtual
+machine) the first touch of such memory cost several times more per byte than of small pages (each
+fault zeroes 2 MB; the kernel's compaction counters stayed flat, so the cost is in the fault itself),
+and code that fills fresh arrays once, in bulk, gains less from the larger pages' TLB reach than it
+pays. Measured in alternating runs:
 
 * filling a fresh 122 MB array: 250-330 ms with the advice, 80-90 ms without;
 * the oracle planner on one thread, the Kaggle-shaped benchmark stream: 18.4-20.1 ms per batch
   with it, 13.5-16.5 ms without (3 runs each), most of the difference in the stage whose per-batch
   temporaries and growing arrays are fresh memory;
 * reading the 500k-row Criteo TSV of ``bagpipe.bench.data`` once: 453k rows/s with it (2 runs),
-  546k and 640k without.
+  546k and 640k without; with ``read_examples`` under this switch, 470-659k (5 runs, median 639k).
 
 The switch is process-wide while it lasts (numpy has no per-array one) and only ever changes speed,
 never results.
