@@ -9,6 +9,10 @@ on its link, the trainer counts both directions. HET's traffic has three columns
 * ``emb_meta`` (:data:`META`): keys and versions of every read (sent even when every key hits, as
   HET's client does), positions and versions of the reply, keys and counts of every push.
 
+The communication thread only sleeps on the links; the step's own thread counts the bytes, when a
+request or push is sent and when a reply is installed, so each step's record holds what that step
+sent and received, however late the background work runs.
+
 Trainer step (mode ``asp``, HET's default; the pull for step ``i+1`` runs on the trainer's one
 communication thread while step ``i`` computes, and is answered before step ``i``'s push)::
 
@@ -130,7 +134,7 @@ class HetTrainer(ParameterServerTrainer):
         for s in range(shards):
             positions = torch.nonzero(owner == s).flatten()
             keys, versions = request.keys[positions], request.local_versions[positions]
-            runtime.transfer(self.server_roles[s], META, keys, versions)
+            runtime.delay(self.server_roles[s], keys, versions)
             where.append(positions)
             futures.append(
                 self.servers[s]
@@ -138,14 +142,11 @@ class HetTrainer(ParameterServerTrainer):
                 .pull(keys, versions, self.settings.bound, runtime.current().role)
             )
         parts = [f.wait() for f in futures]
-        reply = PullReply(
+        return PullReply(
             positions=torch.cat([where[s][p.positions] for s, p in enumerate(parts)]),
             rows=torch.cat([p.rows for p in parts]),
             versions=torch.cat([p.versions for p in parts]),
         )
-        runtime.charge(META, reply.positions, reply.versions)
-        runtime.charge(LinkKind.EMB_PULL, reply.rows, rows=len(reply.rows))
-        return reply
 
     def _push(self, push: PushBatch) -> None:
         if not len(push.keys):
@@ -158,12 +159,27 @@ class HetTrainer(ParameterServerTrainer):
             if not len(mine):
                 continue
             keys, deltas, counts = push.keys[mine], push.deltas[mine], push.counts[mine]
-            runtime.charge(META, keys, counts)
-            runtime.transfer(self.server_roles[s], LinkKind.EMB_PUSH, deltas, rows=len(mine))
-            runtime.delay(self.server_roles[s], keys, counts)
+            runtime.delay(self.server_roles[s], deltas, keys, counts)
             futures.append(self.servers[s].rpc_async().push(keys, deltas, counts))
         for future in futures:
             future.wait()
+
+    # -- the step's side of the channel: sends, installs, and their bytes ------------------
+
+    def _send_pull(self, request: PullRequest) -> Future[PullReply]:
+        runtime.charge(META, request.keys, request.local_versions)
+        return self._channel.submit(self._pull, request)
+
+    def _install(self, request: PullRequest, reply: Future[PullReply]) -> torch.Tensor:
+        answer = reply.result()
+        runtime.charge(META, answer.positions, answer.versions)
+        runtime.charge(LinkKind.EMB_PULL, answer.rows, rows=len(answer.rows))
+        return self.cache.install(request, answer)
+
+    def _send_push(self, push: PushBatch) -> Future[None]:
+        runtime.charge(META, push.keys, push.counts)
+        runtime.charge(LinkKind.EMB_PUSH, push.deltas, rows=len(push.keys))
+        return self._channel.submit(self._push, push)
 
     # -- one step --------------------------------------------------------------------------
 
@@ -174,12 +190,12 @@ class HetTrainer(ParameterServerTrainer):
             if self._prefetched is not None:
                 request, future = self._prefetched
                 self._prefetched = None
-                values = self.cache.install(request, future.result())
+                values = self._install(request, future)
                 if torch.equal(request.keys, keys):
                     return values
                 meter.count("het_prefetch_mismatch")
             request = self.cache.request(keys)
-            return self.cache.install(request, self._channel.submit(self._pull, request).result())
+            return self._install(request, self._send_pull(request))
 
     def train_step(
         self,
@@ -196,7 +212,7 @@ class HetTrainer(ParameterServerTrainer):
         values = self._read(keys)
         if next_ids is not None and self.settings.mode == "asp" and self.settings.prefetch:
             request = self.cache.request(torch.unique(next_ids))
-            self._prefetched = (request, self._channel.submit(self._pull, request))
+            self._prefetched = (request, self._send_pull(request))
         grads = forward_backward(
             self.model, dense, values, inverse, labels, self.global_batch_size, meter
         )
@@ -207,7 +223,7 @@ class HetTrainer(ParameterServerTrainer):
             push = self.cache.update(keys, -self.optim.embedding_lr * grads.row_grads)
         if self._last_push is not None:
             self._last_push.result()  # surface a failed earlier push
-        self._last_push = self._channel.submit(self._push, push)
+        self._last_push = self._send_push(push)
         if self.settings.mode == "bsp":
             with meter.phase(Phase.SYNC):
                 self._last_push.result()

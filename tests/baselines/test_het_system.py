@@ -75,3 +75,28 @@ def test_one_worker_with_prefetch_small_cache_and_stale_bound_equals_local() -> 
     assert losses == pytest.approx(want_losses, rel=1e-4, abs=1e-6)
     _assert_same(got, want)
     assert stats["het_evictions_dirty"] > 0 and 0 < stats["het_miss_rate"] < 1
+
+
+def test_per_step_bytes_do_not_depend_on_when_the_channel_runs() -> None:
+    """The channel thread pulls step i+1's rows and pushes step i's deltas while step i computes;
+    on a slow link they finish a step later. Each step's record must count the same bytes either
+    way: the ones its own requests, pushes and installed replies moved. (One worker: with two, the
+    rows a reply carries depend on how the workers' pulls and pushes interleave at the servers.)"""
+    import dataclasses
+
+    from bagpipe.core.link import LinkConfig
+
+    records = []
+    for link in (LinkConfig(enabled=False), LinkConfig(bandwidth_gbps=0.01, latency_us=30_000)):
+        ctx = dataclasses.replace(_context("dlrm"), link=link)
+        het = HET(num_trainers=1, num_servers=2, bound=2, policy="lru", cache_rows_per_table=6)
+        try:
+            het.setup(ctx)
+            records.append(
+                [het.train_step(step, ctx.source[step]).record.bytes_sent for step in range(STEPS)]
+            )
+        finally:
+            het.close()
+    fast, slow = records
+    assert fast == slow
+    assert all(step.get("emb_pull", 0) > 0 for step in fast)
