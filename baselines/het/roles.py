@@ -159,7 +159,8 @@ class HetTrainer(ParameterServerTrainer):
             if not len(mine):
                 continue
             keys, deltas, counts = push.keys[mine], push.deltas[mine], push.counts[mine]
-            runtime.delay(self.server_roles[s], deltas, keys, counts)
+            runtime.delay(self.server_roles[s], deltas)  # two messages: the deltas, then keys + counts
+            runtime.delay(self.server_roles[s], keys, counts)
             futures.append(self.servers[s].rpc_async().push(keys, deltas, counts))
         for future in futures:
             future.wait()
