@@ -51,7 +51,7 @@ import torch
 from bagpipe.core.batch import Batch, DatasetSchema, global_ids
 from bagpipe.core.memory import small_pages
 from bagpipe.oracle.config import OracleConfig
-from bagpipe.oracle.growth import Reserve, grown
+from bagpipe.oracle.growth import Growing, Reserve
 from bagpipe.oracle.plan import CapacityError, RoundPlan, StepPlan
 from bagpipe.oracle.ring import NEVER, UseRing
 from bagpipe.oracle.rowmap import RowMap
@@ -139,11 +139,10 @@ class OracleCacher:
             self._table_ranges, direct_rows_max=direct_rows_max, initial_slots=HASH_SLOTS
         )
         self._owner_dtype = np.int8 if num_trainers <= np.iinfo(np.int8).max else np.int16
-        self._row_layout = _row_layout(self._owner_dtype)
-        self._rows = _RowState(*(np.full(0, fill, dtype) for dtype, fill in self._row_layout))
-        self._rows_used = 0  # rows of ``_rows`` that may differ from the fills
-        self._row_reserve = Reserve(self._row_layout)  # the worker's: builds the next buffers
-        self._next_rows: list[np.ndarray] | None = None  # built, not yet needed
+        row_layout = _row_layout(self._owner_dtype)
+        self._row_arrays = Growing(row_layout)
+        self._rows = _RowState(*self._row_arrays.arrays)
+        self._row_reserve = Reserve(row_layout)  # the worker's: builds the next buffers
         self._resident_rows = np.empty(0, dtype=np.int32)
         # live: the window, the round being read beyond it, the round planned and the round
         # whose step plans are being made
@@ -164,16 +163,6 @@ class OracleCacher:
         if isinstance(batch, torch.Tensor):
             return batch.numpy()
         return np.asarray(batch)
-
-    def _ensure_rows(self, prepared: _Prepared) -> None:
-        """Per-row state covering the rows of ``prepared``: grown into the worker's reserve."""
-        if prepared.next_rows is not None:
-            self._next_rows = prepared.next_rows
-        count = prepared.rows_seen
-        if count > self._rows.last_use.size:
-            buffers = grown(self._rows, self._row_layout, self._rows_used, count, self._next_rows)
-            self._rows, self._next_rows = _RowState(*buffers), None
-        self._rows_used = count
 
     def _check_ranges(self, uniques: BatchUniques, step: int) -> None:
         """Reject ids outside their column's table (they would corrupt the direct maps)."""
@@ -229,8 +218,10 @@ class OracleCacher:
         """Add the next batch's uses to the window (next uses, latest uses)."""
         step = self._ingested
         rows, once_owner = prepared.rows, prepared.uniques.once_owner
-        self._ensure_rows(prepared)
-        state = self._rows
+        # per-row state covering the batch's rows, grown into the worker's reserve
+        state = self._rows = _RowState(
+            *self._row_arrays.cover(prepared.rows_seen, prepared.next_rows)
+        )
         previous = state.last_use.take(rows)
         previous_step = previous >> _POSITION_BITS
         self._ring.add(step, rows.size)

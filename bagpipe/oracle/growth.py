@@ -7,7 +7,7 @@ an array overflows, that stalled the planning thread for 0.66 s at 7.6 M rows, s
 batches' worth of planning. A reserve spreads the cost: once the rows seen pass 3/4 of the capacity,
 every call fills a slice of the next buffers (with the arrays' fill values) in proportion to the
 rows added, so the buffers are complete before the rows seen reach the capacity. The owner of the
-arrays then copies its rows over (``grown``). Memory stays proportional to the rows seen: from
+arrays then copies its rows over (``Growing``). Memory stays proportional to the rows seen: from
 3/4 of the capacity C on, the arrays and the next buffers take 3C, as a plain doubling takes at
 the moment it copies.
 """
@@ -62,21 +62,33 @@ class Reserve:
         return ready
 
 
-def grown(
-    arrays: Sequence[np.ndarray],
-    layout: Sequence[tuple[type, int | bool]],
-    used: int,
-    needed: int,
-    ready: list[np.ndarray] | None,
-) -> list[np.ndarray]:
-    """``arrays`` (of this layout, ``used`` rows in use) grown to at least ``needed`` slots.
+class Growing:
+    """The owner's side: arrays of a layout, grown as the rows in use grow, into a reserve's
+    buffers when it has handed some over, else into buffers of twice the size filled on the spot
+    (the stall a reserve avoids; ``stalls`` counts them)."""
 
-    Into ``ready``, a reserve's buffers, if they are large enough; else into new buffers of twice
-    the size (or ``needed``), filled now: the stall a reserve avoids.
-    """
-    if ready is None or ready[0].size < needed:
-        size = max(needed, 2 * arrays[0].size)
-        ready = [np.full(size, fill, dtype=dtype) for dtype, fill in layout]
-    for old, new in zip(arrays, ready, strict=True):
-        new[:used] = old[:used]
-    return ready
+    def __init__(self, layout: Sequence[tuple[type, int | bool]]) -> None:
+        self._layout = list(layout)
+        self.arrays: list[np.ndarray] = [
+            np.full(0, fill, dtype=dtype) for dtype, fill in self._layout
+        ]
+        self.stalls = 0
+        self._used = 0  # rows that may differ from the fills
+        self._ready: list[np.ndarray] | None = None
+
+    def cover(self, rows: int, ready: list[np.ndarray] | None = None) -> list[np.ndarray]:
+        """The arrays, covering ``rows`` rows in use from now on; ``ready``: buffers a reserve
+        has just completed, kept until a growth needs them."""
+        if ready is not None:
+            self._ready = ready
+        if rows > self.arrays[0].size:
+            buffers = self._ready
+            if buffers is None or buffers[0].size < rows:
+                size = max(rows, 2 * self.arrays[0].size)
+                buffers = [np.full(size, fill, dtype=dtype) for dtype, fill in self._layout]
+                self.stalls += 1
+            for old, new in zip(self.arrays, buffers, strict=True):
+                new[: self._used] = old[: self._used]
+            self.arrays, self._ready = buffers, None
+        self._used = rows
+        return self.arrays

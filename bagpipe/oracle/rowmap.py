@@ -22,7 +22,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from bagpipe.oracle.growth import Reserve, grown
+from bagpipe.oracle.growth import Growing, Reserve
 
 _EMPTY = -1
 _MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
@@ -61,9 +61,9 @@ class RowMap:
         self._table = np.full((1 << self._bits, 2), _EMPTY, dtype=np.int64)  # [key, value]
         self._hashed = 0  # keys in the hash, dead ones included
         self._dead_ranges: list[tuple[int, int]] = []  # id ranges of tables gone direct
-        self._ids = np.empty(0, dtype=np.int64)
+        self._id_arrays = Growing(_IDS_LAYOUT)
+        (self._ids,) = self._id_arrays.arrays
         self._ids_reserve = Reserve(_IDS_LAYOUT)  # grows ``_ids`` without a stall
-        self._next_ids: list[np.ndarray] | None = None
         self.size = 0
 
     @property
@@ -171,10 +171,7 @@ class RowMap:
         end = self.size + keys.size
         if end > MAX_ROWS:
             raise OverflowError(f"RowMap: more than {MAX_ROWS} distinct rows")
-        self._next_ids = self._ids_reserve.advance(end) or self._next_ids
-        if end > self._ids.size:
-            (self._ids,) = grown([self._ids], _IDS_LAYOUT, self.size, end, self._next_ids)
-            self._next_ids = None
+        (self._ids,) = self._id_arrays.cover(end, self._ids_reserve.advance(end))
         self._ids[self.size : end] = keys
         fresh = np.arange(self.size, end, dtype=np.int32)
         self.size = end

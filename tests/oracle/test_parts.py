@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bagpipe.oracle import growth
-from bagpipe.oracle.growth import Reserve, grown
+from bagpipe.oracle.growth import Growing, Reserve
 from bagpipe.oracle.ring import NEVER, UseRing
 from bagpipe.oracle.rowmap import RowMap
 from bagpipe.oracle.uniques import batch_uniques
@@ -94,33 +94,30 @@ def test_a_reserve_is_ready_before_the_rows_outgrow_the_arrays(
     """Rows seen grow 1000 at a time to 200k: every growth finds complete reserve buffers, so the
     owner never fills buffers itself; each growth keeps the rows in use."""
     monkeypatch.setattr(growth, "EAGER_SLOTS", 1024)  # larger buffers are filled a slice a call
-    reserve = Reserve(LAYOUT)
-    arrays = [np.full(0, fill, dtype=dtype) for dtype, fill in LAYOUT]
-    ready, own_growths, used = None, 0, 0
+    reserve, owner = Reserve(LAYOUT), Growing(LAYOUT)
+    used, growths = 0, 0
     for seen in range(1000, 200_001, 1000):
-        ready = reserve.advance(seen) or ready
-        if seen > arrays[0].size:
-            own_growths += ready is None or ready[0].size < seen
-            arrays, ready = grown(arrays, LAYOUT, used, seen, ready), None
+        before = owner.arrays[0]
+        arrays = owner.cover(seen, reserve.advance(seen))
+        if arrays[0] is not before:
+            growths += 1
             for array, (dtype, fill) in zip(arrays, LAYOUT, strict=True):
                 assert array.dtype == dtype and np.all(array[used:] == fill)
                 assert np.array_equal(array[:used], np.full(used, 7, dtype=dtype))
         for array in arrays:
             array[used:seen] = 7  # the rows now in use
         used = seen
-    assert own_growths == 0
-    assert arrays[0].size <= 4 * used  # memory stays proportional to the rows seen
+    assert growths >= 7 and owner.stalls == 0
+    assert owner.arrays[0].size <= 4 * used  # memory stays proportional to the rows seen
 
 
-def test_grown_fills_new_buffers_when_a_reserve_is_too_small() -> None:
-    arrays = [
-        np.arange(4, dtype=np.int64),
-        np.ones(4, dtype=np.bool_),
-        np.arange(4, dtype=np.int32),
-    ]
+def test_growing_fills_new_buffers_when_a_reserve_is_too_small() -> None:
+    owner = Growing(LAYOUT)
+    for array in owner.cover(3):
+        array[:3] = [0, 1, 2] if array.dtype != np.bool_ else True
     small = [np.empty(5, dtype=dtype) for dtype, _ in LAYOUT]
-    bigger = grown(arrays, LAYOUT, 3, 6, small)
-    assert bigger[0] is not small[0] and bigger[0].size == 8
-    assert bigger[0].tolist() == [0, 1, 2] + [-1] * 5
-    assert bigger[1].tolist() == [True] * 3 + [False] * 5
-    assert bigger[2].tolist() == [0, 1, 2] + [NEVER] * 5
+    bigger = owner.cover(6, small)
+    assert bigger[0] is not small[0] and bigger[0].size == 6 and owner.stalls == 2
+    assert bigger[0].tolist() == [0, 1, 2] + [-1] * 3
+    assert bigger[1].tolist() == [True] * 3 + [False] * 3
+    assert bigger[2].tolist() == [0, 1, 2] + [NEVER] * 3
