@@ -370,13 +370,13 @@ def run(quick: bool) -> list[dict]:
     )
     # per batch in steady state, else over the whole stream (window fill and table growth included)
     steady = "steady_batches" in free
+    batches_timed = free["steady_batches"] if steady else num_batches
     planning = {
-        clock: [run[f"steady_{clock}_s" if steady else f"{clock}_s"] for run in ours]
+        clock: [
+            run[f"steady_{clock}_s" if steady else f"{clock}_s"] / batches_timed for run in ours
+        ]
         for clock in ("wall", "cpu")
     }
-    batches_timed = free["steady_batches"] if steady else num_batches
-    for clock in planning:
-        planning[clock] = [value / batches_timed for value in planning[clock]]
     if steady:
         add("oracle_cacher_steady", "batches", batches_timed, "batches")
         for clock, per_batch in planning.items():

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from bagpipe.core.batch import DatasetSchema
+from bagpipe.core.link import LinkConfig
 from bagpipe.core.registry import load_system
 from bagpipe.core.system import ModelState, System, TrainContext
 from bagpipe.systems.local import LocalSystem
@@ -82,10 +85,6 @@ def test_per_step_bytes_do_not_depend_on_when_the_channel_runs() -> None:
     on a slow link they finish a step later. Each step's record must count the same bytes either
     way: the ones its own requests, pushes and installed replies moved. (One worker: with two, the
     rows a reply carries depend on how the workers' pulls and pushes interleave at the servers.)"""
-    import dataclasses
-
-    from bagpipe.core.link import LinkConfig
-
     records = []
     for link in (LinkConfig(enabled=False), LinkConfig(bandwidth_gbps=0.01, latency_us=30_000)):
         ctx = dataclasses.replace(_context("dlrm"), link=link)
