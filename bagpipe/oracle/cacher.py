@@ -143,7 +143,8 @@ class OracleCacher:
         self._row_arrays = Growing(row_layout)
         self._rows = _RowState(*self._row_arrays.arrays)
         self._row_reserve = Reserve(row_layout)  # the worker's: builds the next buffers
-        self._resident_rows = np.empty(0, dtype=np.int32)
+        self._resident_rows = np.empty(0, dtype=np.intp)
+        self._committed_through = -1  # the last step of the last committed round
         # live: the window, the round being read beyond it, the round planned and the round
         # whose step plans are being made
         self._ring = UseRing(max_live_steps=lookahead + 3 * self.config.ci + 2)
@@ -217,7 +218,7 @@ class OracleCacher:
     def _record(self, prepared: _Prepared) -> None:
         """Add the next batch's uses to the window (next uses, latest uses)."""
         step = self._ingested
-        rows, once_owner = prepared.rows, prepared.uniques.once_owner
+        rows = prepared.rows.astype(np.intp)  # numpy indexes with intp; int32 costs a cast per use
         # per-row state covering the batch's rows, grown into the worker's reserve
         state = self._rows = _RowState(
             *self._row_arrays.cover(prepared.rows_seen, prepared.next_rows)
@@ -229,10 +230,12 @@ class OracleCacher:
         self._ring.record(previous_step[live], previous[live] & ((1 << _POSITION_BITS) - 1), step)
         round_start = (step // self.config.ci) * self.config.ci
         first_in_round = np.flatnonzero(previous_step < round_start).astype(np.int32)
-        unknown_next = state.res_next.take(rows) == NEVER
-        state.res_next[rows[unknown_next]] = step
+        # a previous use no later than the last committed step is the row's committed latest
+        # use, so this is the first use after it (rows never met get it too; it is unread
+        # until their first commit overwrites it)
+        state.res_next[rows[previous_step <= self._committed_through]] = step
         state.last_use[rows] = (step << _POSITION_BITS) | np.arange(rows.size, dtype=np.int64)
-        self._steps[step] = _StepUses(rows, once_owner, first_in_round)
+        self._steps[step] = _StepUses(prepared.rows, prepared.uniques.once_owner, first_in_round)
         self._ingested += 1
 
     # ------------------------------------------------------------------ step plans
@@ -279,7 +282,7 @@ class OracleCacher:
         # rows of the round, each once (at its first use in the round), and their fetch owner: the
         # singleton owner if that use is the row's only use in the round (a singleton's next use
         # lies beyond i + L > last), else -1
-        round_rows = np.concatenate([u.rows.take(u.first_in_round) for u in steps])
+        round_rows = np.concatenate([u.rows.take(u.first_in_round) for u in steps]).astype(np.intp)
         sole_owner = np.concatenate(
             [
                 np.where(
@@ -337,13 +340,14 @@ class OracleCacher:
 
         for i, u, nxt in zip(range(first, last + 1), steps, next_uses, strict=True):  # commit
             latest_use = np.flatnonzero(nxt > last)
-            rows = u.rows.take(latest_use)
+            rows = u.rows.take(latest_use).astype(np.intp)
             following = nxt.take(latest_use)
             state.res_last[rows] = i
             if cfg.num_trainers > 1:  # with one trainer no copy goes stale
                 stale = following > i + cfg.lookahead
                 state.res_owner[rows] = np.where(stale, u.once_owner.take(latest_use), -1)
             state.res_next[rows] = following
+        self._committed_through = last
 
         stats = self.stats
         stats.rounds += 1
@@ -514,8 +518,15 @@ def _sorted_with_owner(ids: np.ndarray, owners: np.ndarray) -> tuple[np.ndarray,
     """``ids`` sorted ascending and ``owners`` (``-1 .. T-1``) in the same order, as int64.
 
     One sort of ``id << 16 | owner + 1`` (ids are below ``2**47``) instead of an argsort and two
-    gathers.
+    gathers; of int32 keys ``id << b | owner + 1`` when they fit (``b`` bits hold ``T``), which sort
+    more than twice as fast.
     """
+    owner_bits = max(1, int(owners.max(initial=0)) + 1).bit_length()
+    if ids.size and int(ids.max()) < 1 << (31 - owner_bits):
+        packed32 = (ids.astype(np.int32) << owner_bits) | (owners.astype(np.int32) + 1)
+        packed32.sort()
+        sorted_owners = (packed32 & ((1 << owner_bits) - 1)).astype(np.int64) - 1
+        return (packed32 >> owner_bits).astype(np.int64), sorted_owners
     packed = (ids << 16) | (owners.astype(np.int64) + 1)
     packed.sort()
     return packed >> 16, (packed & 0xFFFF) - 1

@@ -22,7 +22,8 @@ class UseRing:
     def __init__(self, initial_slots: int = 1 << 20, max_live_steps: int = 1024) -> None:
         self._values = np.full(initial_slots, NEVER, dtype=np.int32)
         self._live: deque[tuple[int, int, int]] = deque()  # (step, base, count), oldest first
-        self._bases = np.zeros(max(2, max_live_steps), dtype=np.int64)  # by step % size
+        # by step % size; a power of two, so that ``step & (size - 1)`` is the remainder
+        self._bases = np.zeros(1 << (max(2, max_live_steps) - 1).bit_length(), dtype=np.int64)
         self._counts = np.zeros(self._bases.size, dtype=np.int64)
         self._used = 0
 
@@ -59,7 +60,7 @@ class UseRing:
 
     def record(self, steps: np.ndarray, positions: np.ndarray, next_step: int) -> None:
         """Set the next use of use ``positions[j]`` of step ``steps[j]`` (live steps) to ``next_step``."""
-        slots = self._bases.take(steps % self._bases.size) + positions
+        slots = self._bases.take(steps & (self._bases.size - 1)) + positions
         self._values[slots] = next_step
 
     def _free_base(self, count: int) -> int | None:

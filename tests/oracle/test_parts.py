@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from bagpipe.oracle import growth
+from bagpipe.oracle.cacher import _sorted_with_owner
 from bagpipe.oracle.growth import Growing, Reserve
 from bagpipe.oracle.ring import NEVER, UseRing
 from bagpipe.oracle.rowmap import RowMap
@@ -121,3 +122,16 @@ def test_growing_fills_new_buffers_when_a_reserve_is_too_small() -> None:
     assert bigger[0].tolist() == [0, 1, 2] + [-1] * 3
     assert bigger[1].tolist() == [True] * 3 + [False] * 3
     assert bigger[2].tolist() == [0, 1, 2] + [NEVER] * 3
+
+
+# int32 keys (ids and owners fit 31 bits) / int64 keys
+@pytest.mark.parametrize("top", [1 << 20, 1 << 40])
+def test_sorted_with_owner_sorts_ids_and_carries_their_owners(top: int) -> None:
+    rng = np.random.default_rng(1)
+    ids = rng.choice(top, 5000, replace=False)
+    owners = rng.integers(-1, 8, ids.size)
+    sorted_ids, sorted_owners = _sorted_with_owner(ids, owners)
+    order = np.argsort(ids)
+    assert sorted_ids.dtype == sorted_owners.dtype == np.int64
+    assert np.array_equal(sorted_ids, ids[order])
+    assert np.array_equal(sorted_owners, owners[order])
