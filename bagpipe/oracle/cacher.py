@@ -226,14 +226,16 @@ class OracleCacher:
         previous = state.last_use.take(rows)
         previous_step = previous >> _POSITION_BITS
         self._ring.add(step, rows.size)
-        live = previous_step >= self._ring.oldest_step
-        self._ring.record(previous_step[live], previous[live] & ((1 << _POSITION_BITS) - 1), step)
+        live = np.flatnonzero(previous_step >= self._ring.oldest_step)
+        self._ring.record(
+            previous_step.take(live), previous.take(live) & ((1 << _POSITION_BITS) - 1), step
+        )
         round_start = (step // self.config.ci) * self.config.ci
         first_in_round = np.flatnonzero(previous_step < round_start).astype(np.int32)
         # a previous use no later than the last committed step is the row's committed latest
         # use, so this is the first use after it (rows never met get it too; it is unread
         # until their first commit overwrites it)
-        state.res_next[rows[previous_step <= self._committed_through]] = step
+        state.res_next[rows.compress(previous_step <= self._committed_through)] = step
         state.last_use[rows] = (step << _POSITION_BITS) | np.arange(rows.size, dtype=np.int64)
         self._steps[step] = _StepUses(prepared.rows, prepared.uniques.once_owner, first_in_round)
         self._ingested += 1
@@ -255,10 +257,10 @@ class OracleCacher:
         stats.unique_ids += ids.size
         plan = StepPlan(
             step=step,
-            sync_now=torch.from_numpy(ids[now]),
-            sync_later=torch.from_numpy(ids[later]),
-            singleton=torch.from_numpy(ids[single]),
-            singleton_owner=torch.from_numpy(uses.once_owner[single].astype(np.int64)),
+            sync_now=torch.from_numpy(ids.compress(now)),
+            sync_later=torch.from_numpy(ids.compress(later)),
+            singleton=torch.from_numpy(ids.compress(single)),
+            singleton_owner=torch.from_numpy(uses.once_owner.compress(single).astype(np.int64)),
         )
         stats.sync_now_rows += plan.sync_now.numel()
         stats.singleton_rows += plan.singleton.numel()
@@ -274,7 +276,6 @@ class OracleCacher:
     def _round_plan(self, r: int) -> RoundPlan:
         cfg = self.config
         first, last = cfg.round_steps(r, self._num_steps)
-        horizon = last + cfg.lookahead
         cutoff = cfg.eviction_cutoff(r)
         steps = [self._steps[i] for i in range(first, last + 1)]
         next_uses = [self._ring.next_uses(i) for i in range(first, last + 1)]
@@ -300,9 +301,9 @@ class OracleCacher:
         eligible = latest <= cutoff
         stale = np.asarray(state.res_owner.take(resident)) >= 0
         victims = eligible & stale
+        # the first use after a committed one: a step read so far (<= horizon) or NEVER
         next_use = state.res_next.take(resident)
-        in_round = next_use <= last  # the first use after a committed one is at >= first
-        next_use[next_use > horizon] = NEVER
+        in_round = next_use <= last  # (it is at >= first)
         if cfg.capacity is None:
             victims |= eligible & ~stale & (next_use > np.maximum(latest + cfg.lookahead, last))
         else:
@@ -320,7 +321,7 @@ class OracleCacher:
             if excess > 0:
                 candidates = np.flatnonzero(eligible & ~victims & ~in_round)
                 chosen = candidates[
-                    self._furthest(resident[candidates], next_use[candidates], excess)
+                    self._furthest(resident.take(candidates), next_use.take(candidates), excess)
                 ]
                 victims[chosen] = True
                 self.stats.capacity_evictions += excess
@@ -328,10 +329,10 @@ class OracleCacher:
                     (next_use[chosen] <= latest[chosen] + cfg.lookahead).sum()
                 )
 
-        evicted, owners = self._evict(resident[victims])
-        kept = resident[~victims]
-        fetch = ~state.resident.take(round_rows)
-        prefetch_rows, prefetch_owner = round_rows[fetch], sole_owner[fetch]
+        evicted, owners = self._evict(resident.compress(victims))
+        kept = resident.compress(~victims)
+        fetch = np.flatnonzero(~state.resident.take(round_rows))
+        prefetch_rows, prefetch_owner = round_rows.take(fetch), sole_owner.take(fetch)
         state.resident[prefetch_rows] = True
         self._resident_rows = np.concatenate([kept, prefetch_rows])
         prefetch_ids, prefetch_owner = _sorted_with_owner(

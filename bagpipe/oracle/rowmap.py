@@ -103,11 +103,11 @@ class RowMap:
     ) -> np.ndarray:
         at = ids + delta
         rows = direct.take(at)
-        new = rows < 0
-        if new.any():
-            fresh = self._assign(ids[new])
+        new = np.flatnonzero(rows < 0)
+        if new.size:
+            fresh = self._assign(ids.take(new))
             rows[new] = fresh
-            direct[at[new]] = fresh
+            direct[at.take(new)] = fresh
         return rows
 
     def _index_hashed(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
