@@ -76,15 +76,15 @@ def batch_uniques(
         if not columns.size:
             continue
         block = columns_ids[columns]
-        block -= lows[columns, None]
         if counted:
             found = _counted(block, lows[columns], spans[columns], owners, owner_dtype)
         else:
-            max_key = (int(spans[columns].max()) << owner_bits) - 1
+            block -= lows[columns, None]
+            if (int(spans[columns].max()) << owner_bits) - 1 < _INT32_KEYS:
+                block = block.astype(np.int32)  # and shift in int32: half the bytes to move
             block <<= owner_bits
-            block |= owners
-            keys = block.astype(np.int32) if max_key < _INT32_KEYS else block
-            found = _sorted_runs(keys, owner_bits, lows[columns], owner_dtype)
+            block |= owners.astype(block.dtype)
+            found = _sorted_runs(block, owner_bits, lows[columns], owner_dtype)
         blocks.append((columns.tolist(), *found))
     if len(blocks) == 1:
         columns, ids, once, bounds = blocks[0]
@@ -93,25 +93,30 @@ def batch_uniques(
 
 
 def _counted(
-    local: np.ndarray,
+    block: np.ndarray,
     lows: np.ndarray,
     spans: np.ndarray,
     owners: np.ndarray,
     owner_dtype: type[np.signedinteger],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Unique ids of columns with small spans (``local``: ``[c, B]`` ids less their column's low;
-    ascending ranges) by counting.
+    """Unique ids of columns with small spans (``block``: ``[c, B]`` ids, ascending ranges starting
+    at ``lows``; overwritten) by counting.
 
     The columns are shifted side by side into ``[0, sum(spans))``, so one bincount serves all.
+    The trainer of a once-used id is recorded only for the columns that have one (the smallest
+    tables' ids are all used many times over).
     """
     starts = np.concatenate(([0], np.cumsum(spans)))
-    local += starts[:-1, None]
-    compact = local.reshape(-1)
-    counts = np.bincount(compact, minlength=int(starts[-1]))
+    block += (starts[:-1] - lows)[:, None]  # compact
+    counts = np.bincount(block.reshape(-1), minlength=int(starts[-1]))
     present = np.flatnonzero(counts > 0)  # (a bool mask: 5x faster than int64 counts)
-    user = np.empty(counts.size, dtype=owner_dtype)
-    user[compact] = np.tile(owners.astype(owner_dtype), local.shape[0])  # one writer if count 1
-    once = np.where(counts[present] == 1, user[present], owner_dtype(-1))
+    single = counts == 1
+    with_single = np.flatnonzero(np.logical_or.reduceat(single, starts[:-1]))
+    user = np.empty(counts.size, dtype=owner_dtype)  # read only where a count is 1
+    if with_single.size:
+        written = block if with_single.size == block.shape[0] else block[with_single]
+        user[written.reshape(-1)] = np.tile(owners.astype(owner_dtype), with_single.size)
+    once = np.where(single.take(present), user.take(present), owner_dtype(-1))
     bounds = np.searchsorted(present, starts)
     ids = present + np.repeat(lows - starts[:-1], np.diff(bounds))
     return ids, once, bounds
