@@ -19,8 +19,9 @@ def _expected(matrix: np.ndarray, num_trainers: int) -> tuple[np.ndarray, np.nda
     return ids, np.where(counts == 1, first // matrix.shape[1] // per_trainer, -1)
 
 
-# disjoint tables (counted, sorted int32 and int64 keys) / overlapping
-@pytest.mark.parametrize("spans", [(5, 3, 10**6, 2**40), (7, 7, 7)])
+# disjoint tables (counted with and without once-used ids, sorted int32 and int64 keys) /
+# overlapping
+@pytest.mark.parametrize("spans", [(5, 3, 10**6, 2**40), (5, 1000, 3, 10**6, 2**40), (7, 7, 7)])
 @pytest.mark.parametrize("num_trainers", [1, 3])
 def test_batch_uniques_equal_np_unique(spans: tuple[int, ...], num_trainers: int) -> None:
     rng = np.random.default_rng(0)
