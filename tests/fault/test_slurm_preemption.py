@@ -42,19 +42,32 @@ def _wait_for(condition, timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
-def _result_starting_requeues_at_once(job, timeout_s: float) -> dict:
-    """Wait for the job's result. SLURM holds a requeued job for a while (its BeginTime); whenever
-    the job is pending, ask for it to start now. The requeue may happen at any moment after the
-    signal, while the first instance is still ending, so this is checked on every poll rather than
-    once."""
+def _node_idle() -> bool:
+    out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=30)
+    return out.returncode == 0 and all(state == "idle" for state in out.stdout.split())
+
+
+def _result_starting_requeues_early(job, timeout_s: float, settle_s: float = 2.0) -> dict:
+    """Wait for the job's result, starting the requeued instance early.
+
+    SLURM holds a requeued job for a while (its BeginTime, about 2 min), so the test asks for it
+    to start now, but only once the first instance has been gone from the node for ``settle_s``:
+    slurmd revokes the first instance's credential when it ends, and refuses a new one made in the
+    same second ("Job credential revoked"), which ends the job for good. The requeue may land at
+    any moment after the signal, so this is checked on every poll rather than once."""
     deadline = time.monotonic() + timeout_s
+    settled_since: float | None = None
     while not job.paths.result_pickle.exists():
         if time.monotonic() > deadline:
             pytest.fail(f"no result after {timeout_s} s; squeue says {_state(job.job_id)!r}; "
                         f"job stderr:\n{job.stderr()}")
-        if _state(job.job_id) == "PENDING":
-            subprocess.run(["scontrol", "update", f"jobid={job.job_id}", "StartTime=now"],
-                           capture_output=True, timeout=30)
+        if _state(job.job_id) == "PENDING" and _node_idle():
+            settled_since = settled_since or time.monotonic()
+            if time.monotonic() - settled_since >= settle_s:
+                subprocess.run(["scontrol", "update", f"jobid={job.job_id}", "StartTime=now"],
+                               capture_output=True, timeout=30)
+        else:
+            settled_since = None
         time.sleep(0.5)
     return job.result()
 
@@ -77,7 +90,7 @@ def test_preempted_job_resumes_to_the_same_model(tmp_path: Path, monkeypatch) ->
         # What SLURM sends a preempted (or timed-out) job; submitit checkpoints and requeues it.
         subprocess.run(["scancel", "--signal=USR2", job.job_id], check=True, timeout=30)
         _wait_for(lambda: "Requeued job" in (job.stderr() or ""), 60, "submitit's requeue")
-        outcome = _result_starting_requeues_at_once(job, 240)
+        outcome = _result_starting_requeues_early(job, 240)
     finally:
         subprocess.run(["scancel", job.job_id], capture_output=True, timeout=30)
     assert 3 <= outcome["first_step"] < STEPS, "the requeued job did not resume where it stopped"
