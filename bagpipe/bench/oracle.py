@@ -450,7 +450,7 @@ def _verdicts(value: Callable[[str, str], float | None]) -> list[str]:
     share = value("ratio", share_metric)
     if share is not None:
         low, high = value("ratio", f"{share_metric}_min"), value("ratio", f"{share_metric}_max")
-        spread = f" (repetitions {low:.1%} to {high:.1%})" if low is not None and high else ""
+        spread = f" (repetitions {low:.1%} to {high:.1%})" if low is not None and high is not None else ""
         verdict = "met" if share <= TARGET_SHARE else "not met"
         lines.append(
             f"* Measured: planning (planning thread, wall) per batch is {share:.1%} of a `local` "

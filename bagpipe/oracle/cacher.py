@@ -142,6 +142,7 @@ class OracleCacher:
             self._table_ranges, direct_rows_max=direct_rows_max, initial_slots=HASH_SLOTS
         )
         self._owner_dtype = np.int8 if num_trainers <= np.iinfo(np.int8).max else np.int16
+        self._owner_bits = num_trainers.bit_length()  # owner + 1 in 0 .. T, packed beside ids
         row_layout = _row_layout(self._owner_dtype)
         self._row_arrays = Growing(row_layout)
         self._rows = _RowState(*self._row_arrays.arrays)
@@ -339,7 +340,7 @@ class OracleCacher:
         state.resident[prefetch_rows] = True
         self._resident_rows = np.concatenate([kept, prefetch_rows])
         prefetch_ids, prefetch_owner = _sorted_with_owner(
-            self._rowmap.ids.take(prefetch_rows), prefetch_owner
+            self._rowmap.ids.take(prefetch_rows), prefetch_owner, self._owner_bits
         )
 
         for i, u, nxt in zip(range(first, last + 1), steps, next_uses, strict=True):  # commit
@@ -389,7 +390,7 @@ class OracleCacher:
         """Drop ``rows`` from the resident set; their sorted ids and write-back owners."""
         state = self._rows
         ids, owners = _sorted_with_owner(
-            self._rowmap.ids.take(rows), state.res_owner.take(rows).astype(np.int64)
+            self._rowmap.ids.take(rows), state.res_owner.take(rows), self._owner_bits
         )
         shared = owners < 0
         num_shared = int(shared.sum())
@@ -518,19 +519,19 @@ def _span(steps: tuple[int, int]) -> tuple[int, int]:
     return steps[0], steps[1] + 1
 
 
-def _sorted_with_owner(ids: np.ndarray, owners: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _sorted_with_owner(
+    ids: np.ndarray, owners: np.ndarray, owner_bits: int
+) -> tuple[np.ndarray, np.ndarray]:
     """``ids`` sorted ascending and ``owners`` (``-1 .. T-1``) in the same order, as int64.
 
-    One sort of ``id << 16 | owner + 1`` (ids are below ``2**47``) instead of an argsort and two
-    gathers; of int32 keys ``id << b | owner + 1`` when they fit (``b`` bits hold ``T``), which sort
-    more than twice as fast.
+    One sort of ``id << b | owner + 1`` (``b = owner_bits`` hold ``0 .. T``; ids are below
+    ``2**47`` and ``b <= 15``) instead of an argsort and two gathers, as int32 keys when they fit
+    (2.4x faster than int64 on 1 M keys).
     """
-    owner_bits = max(1, int(owners.max(initial=0)) + 1).bit_length()
-    if ids.size and int(ids.max()) < 1 << (31 - owner_bits):
-        packed32 = (ids.astype(np.int32) << owner_bits) | (owners.astype(np.int32) + 1)
-        packed32.sort()
-        sorted_owners = (packed32 & ((1 << owner_bits) - 1)).astype(np.int64) - 1
-        return (packed32 >> owner_bits).astype(np.int64), sorted_owners
-    packed = (ids << 16) | (owners.astype(np.int64) + 1)
+    fits = not ids.size or int(ids.max()) < 1 << (31 - owner_bits)
+    dtype: type[np.signedinteger] = np.int32 if fits else np.int64
+    packed = np.left_shift(ids.astype(dtype, copy=False), owner_bits) | (owners.astype(dtype) + 1)
     packed.sort()
-    return packed >> 16, (packed & 0xFFFF) - 1
+    sorted_ids = (packed >> owner_bits).astype(np.int64, copy=False)
+    sorted_owners = (packed & ((1 << owner_bits) - 1)).astype(np.int64, copy=False) - 1
+    return sorted_ids, sorted_owners

@@ -131,7 +131,7 @@ def test_sorted_with_owner_sorts_ids_and_carries_their_owners(top: int) -> None:
     rng = np.random.default_rng(1)
     ids = rng.choice(top, 5000, replace=False)
     owners = rng.integers(-1, 8, ids.size)
-    sorted_ids, sorted_owners = _sorted_with_owner(ids, owners)
+    sorted_ids, sorted_owners = _sorted_with_owner(ids, owners, (8).bit_length())
     order = np.argsort(ids)
     assert sorted_ids.dtype == sorted_owners.dtype == np.int64
     assert np.array_equal(sorted_ids, ids[order])
