@@ -116,16 +116,16 @@ def bench(session: nox.Session) -> None:
 def reproduce_fig7(session: nox.Session) -> None:
     """Run suite=fig7 locally, then write results/fig7/ and reports/fig7.{png,md}.
 
-    Arguments after ``--`` go to Hydra (e.g. ``-- scale=paper``, ``-- cluster=slurm``). The sweep
+    Arguments after ``--`` go to Hydra (e.g. ``-- scale=paper``, ``-- launcher=slurm``). The sweep
     itself is defined in ``suites/suite/fig7.yaml`` so that the Hydra CLI alone reproduces it.
     """
     ensure_env(session)
-    run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.train", "suite=fig7",
+    run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.run", "suite=fig7",
                *session.posargs)
     run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.report", "--suite", "fig7")
 
 
-#: Suites of ``bagpipe.harness.figures``: the Hydra sweeps each one needs first (none: pure data).
+#: Suites of ``bagpipe.harness.report.figures``: the Hydra sweeps each one needs first (none: pure data).
 FIGURE_SUITES = {
     "skew": (),
     "breakdown": ("breakdown",),
@@ -144,7 +144,7 @@ FIGURE_SUITES = {
 def reproduce(session: nox.Session) -> None:
     """``nox -s reproduce -- <suite> [hydra overrides]``: run a suite's sweeps, then its figure.
 
-    Suites: fig7 (as ``reproduce_fig7``) and those of ``bagpipe.harness.figures``; each writes
+    Suites: fig7 (as ``reproduce_fig7``) and those of ``bagpipe.harness.report.figures``; each writes
     ``results/<suite>/`` and ``reports/<suite>.{png,md}``.
     """
     if not session.posargs:
@@ -154,24 +154,24 @@ def reproduce(session: nox.Session) -> None:
         session.error(f"unknown suite {suite!r}; known: fig7, {', '.join(FIGURE_SUITES)}")
     ensure_env(session)
     if suite == "fig7":
-        run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.train", "suite=fig7",
+        run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.run", "suite=fig7",
                    *overrides)
         run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.report", "--suite", "fig7")
         return
     for sweep in FIGURE_SUITES[suite]:
-        run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.train", f"suite={sweep}",
+        run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.run", f"suite={sweep}",
                    *overrides)
-    run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.figures", suite)
+    run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.report.figures", suite)
 
 
 @nox.session(venv_backend="none", default=False)
 def smoke(session: nox.Session) -> None:
     """The smoke suite (about two minutes) and the MLPerf compliance check of its logs."""
     ensure_env(session)
-    run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.train", "suite=smoke",
+    run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.run", "suite=smoke",
                *session.posargs)
     sweeps = sorted((ROOT / "multirun" / "smoke").glob("*/results"))
-    run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.mlperf", str(sweeps[-1]))
+    run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.track.mlperf", str(sweeps[-1]))
 
 
 @nox.session(venv_backend="none", default=False)

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from bagpipe.core.batch import Batch, DatasetSchema, batch_from_arrays
+from bagpipe.core.interface import ModelState, OptimConfig, TrainContext
 from bagpipe.core.link import LinkConfig
-from bagpipe.core.system import OptimConfig, TrainContext
 from bagpipe.models.base import ModelConfig
 
 # Tiny tensors on a shared 2-core machine: intra-op threads only contend (a 60-step training test
@@ -98,6 +98,28 @@ def equivalence_context(
         link=LinkConfig(enabled=False),
         **extra,  # type: ignore[arg-type]
     )
+
+
+def assert_states_equal(got: ModelState, want: ModelState) -> None:
+    """Every table and dense tensor bit-identical (``torch.equal``), naming the first that is not."""
+    assert got.tables.keys() == want.tables.keys()
+    for name, table in want.tables.items():
+        assert torch.equal(got.tables[name], table), name
+    assert got.dense.keys() == want.dense.keys()
+    for key, tensor in want.dense.items():
+        assert torch.equal(got.dense[key], tensor), key
+
+
+def assert_states_close(
+    got: ModelState, want: ModelState, *, rtol: float = 1e-5, atol: float = 1e-6
+) -> None:
+    """Every table and dense tensor equal to fp tolerance (the equivalence tests' check)."""
+    assert got.tables.keys() == want.tables.keys()
+    for name, table in want.tables.items():
+        torch.testing.assert_close(got.tables[name], table, rtol=rtol, atol=atol, msg=name)
+    assert got.dense.keys() == want.dense.keys()
+    for key, tensor in want.dense.items():
+        torch.testing.assert_close(got.dense[key], tensor, rtol=rtol, atol=atol, msg=key)
 
 
 @pytest.fixture

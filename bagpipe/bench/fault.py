@@ -17,7 +17,7 @@ are about the checkpoint path, not the emulated network), for every system that 
   notices, and until the restarted job completed its first step again (teardown, new processes,
   restore).
 
-The full run checkpoints at :data:`~bagpipe.harness.recovery.DEFAULT_CHECKPOINT_EVERY` (the
+The full run checkpoints at :data:`~bagpipe.harness.run.recovery.DEFAULT_CHECKPOINT_EVERY` (the
 target, < 5% overhead, is stated at that interval); quick mode checkpoints every 20 steps of a
 60-step run, so its overhead is that of a 10x shorter interval.
 """
@@ -29,14 +29,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bagpipe.core.checkpoint import CheckpointStore
+from bagpipe.core.interface import OptimConfig, System, TrainContext
 from bagpipe.core.link import LinkConfig
 from bagpipe.core.registry import load_system
-from bagpipe.core.system import OptimConfig, System, TrainContext
 from bagpipe.data import DatasetConfig, make_dataset
 from bagpipe.data.source import BatchSource
-from bagpipe.harness.faults import KillRoles
-from bagpipe.harness.recovery import DEFAULT_CHECKPOINT_EVERY, run_with_recovery
-from bagpipe.harness.runner import RunConfig, RunResult, run_training
+from bagpipe.harness.run.faults import KillRoles
+from bagpipe.harness.run.recovery import DEFAULT_CHECKPOINT_EVERY, run_with_recovery
+from bagpipe.harness.run.runner import RunConfig, RunResult, run_training
 from bagpipe.models import paper_config
 
 BATCH = 512

@@ -50,14 +50,14 @@ import pandas as pd
 import torch
 
 from bagpipe.core.batch import DatasetSchema
-from bagpipe.core.system import OptimConfig, TrainContext
+from bagpipe.core.interface import OptimConfig, TrainContext
 from bagpipe.data.examples import Examples
 from bagpipe.data.presets import CRITEO_KAGGLE, TableSpec
 from bagpipe.data.sources import ArraySource
-from bagpipe.harness.workspace import git_sha, machine
+from bagpipe.harness.track.workspace import git_sha, machine
 from bagpipe.models import ModelConfig, build_dense_model
-from bagpipe.oracle import CapacityError, OracleCacher
-from bagpipe.systems.local import LocalSystem
+from bagpipe.oracle import CapacityError, OracleCacher, OracleConfig
+from bagpipe.training.local import LocalSystem
 
 BATCH_SIZE = 16_384
 LOOKAHEAD = 200
@@ -182,13 +182,13 @@ def _steady_steps(num_batches: int) -> tuple[int, int]:
     """Step plans ``first`` .. ``last`` mark the planner's steady state: the window is full (L
     steps planned) and batches are still being read (``last``'s round reads up to ``last + L +
     ci``), so each step of the span costs one batch read, one step plan and 1/ci round plan."""
-    ci = OracleCacher(None, NUM_TRAINERS, LOOKAHEAD).config.ci
+    ci = OracleConfig(NUM_TRAINERS, LOOKAHEAD).ci
     return LOOKAHEAD, num_batches - LOOKAHEAD - 2 * ci
 
 
 def _planner(sizes: list[int], capacity: int | None) -> OracleCacher:
     return OracleCacher(
-        _schema(sizes), num_trainers=NUM_TRAINERS, lookahead=LOOKAHEAD, capacity=capacity
+        _schema(sizes), OracleConfig(NUM_TRAINERS, LOOKAHEAD, capacity=capacity)
     )
 
 
@@ -475,7 +475,7 @@ def report(frame: pd.DataFrame, reports_dir: Path) -> list[Path]:
     iterations, and the ratios the targets are stated in."""
     import seaborn as sns
 
-    from bagpipe.harness.figures import pyplot, save_figure
+    from bagpipe.harness.report.figures import pyplot, save_figure
 
     def value(variant: str, metric: str) -> float | None:
         found = frame[(frame.variant == variant) & (frame.metric == metric)].value

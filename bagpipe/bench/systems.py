@@ -23,10 +23,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from bagpipe.core.interface import OptimConfig, TrainContext
 from bagpipe.core.link import LinkConfig
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
 from bagpipe.core.registry import load_system
-from bagpipe.core.system import OptimConfig, TrainContext
 from bagpipe.data import DatasetConfig, make_dataset
 from bagpipe.models import paper_config
 

@@ -9,10 +9,7 @@ from bagpipe.core.batch import (
     ids_matrix,
     split_batch,
 )
-from bagpipe.core.link import Link, LinkConfig, Network
-from bagpipe.core.meter import LinkKind, Meter, Phase, StepRecord
-from bagpipe.core.registry import UnknownSystemError, load_system, registered_systems
-from bagpipe.core.system import (
+from bagpipe.core.interface import (
     ModelState,
     OptimConfig,
     PhaseInfo,
@@ -20,6 +17,9 @@ from bagpipe.core.system import (
     System,
     TrainContext,
 )
+from bagpipe.core.link import Link, LinkConfig, Network
+from bagpipe.core.meter import LinkKind, Meter, Phase, StepRecord
+from bagpipe.core.registry import UnknownSystemError, load_system, registered_systems
 
 __all__ = [
     "Batch",

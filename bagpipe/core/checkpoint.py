@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from bagpipe.core.system import ModelState, ResumePoint
+from bagpipe.core.interface import ModelState, ResumePoint
 
 __all__ = ["Checkpoint", "CheckpointError", "CheckpointStore", "CheckpointWarning", "state_digest"]
 

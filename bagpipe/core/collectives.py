@@ -3,8 +3,8 @@
 The trainers of a system form one gloo group, created through a rendezvous the driver hosts::
 
     # driver
-    spec = cluster.new_group("trainers", world_size=T)
-    trainers = [cluster.remote(f"trainer_{k}", Trainer, k, spec, ...) for k in range(T)]
+    spec = deployment.new_group("trainers", world_size=T)
+    trainers = [deployment.remote(f"trainer_{k}", Trainer, k, spec, ...) for k in range(T)]
     # Trainer.__init__ (in each trainer process)
     collectives.join_group(spec, rank=k)
     # every step
@@ -29,15 +29,15 @@ import torch
 import torch.distributed as dist
 
 from bagpipe.core import runtime
-from bagpipe.core.cluster import GroupSpec
 from bagpipe.core.meter import LinkKind
+from bagpipe.core.roles import Rendezvous
 
 __all__ = ["AllReduceHandle", "allreduce", "allreduce_async", "group_size", "join_group"]
 
 _JOIN_TIMEOUT = timedelta(minutes=5)
 
 
-def join_group(spec: GroupSpec, rank: int) -> None:
+def join_group(spec: Rendezvous, rank: int) -> None:
     """Join the gloo group described by ``spec`` as ``rank`` (blocks until all members joined)."""
     if dist.is_initialized():
         raise RuntimeError(

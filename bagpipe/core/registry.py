@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
-from bagpipe.core.system import System
+from bagpipe.core.interface import System
 
 ENTRY_POINT_GROUP = "bagpipe.systems"
 

@@ -1,9 +1,9 @@
 """Per-process role state, and the helpers every system uses to move bytes between roles.
 
 Every process of a multi-process system (the driver and each role spawned by
-:class:`bagpipe.core.cluster.Cluster`) holds one :class:`RoleRuntime`: its role name, its
+:class:`bagpipe.core.roles.Deployment`) holds one :class:`RoleRuntime`: its role name, its
 :class:`~bagpipe.core.meter.Meter` and its :class:`~bagpipe.core.link.Network` (the emulated links it
-*sends* on). The Cluster initialises it in every process before any role object is built, so role
+*sends* on). The Deployment initialises it in every process before any role object is built, so role
 code simply calls :func:`current`.
 
 The accounting convention (identical for every system, so byte counts and delays compare):
@@ -48,6 +48,7 @@ from bagpipe.core.link import LinkConfig, Network
 from bagpipe.core.meter import LinkKind, Meter, StepRecord
 
 __all__ = [
+    "DRIVER",
     "RoleRuntime",
     "charge",
     "current",
@@ -61,6 +62,10 @@ __all__ = [
     "start_thread",
     "transfer",
 ]
+
+
+#: The role name of the process that drives a system (the runner's process).
+DRIVER = "driver"
 
 
 @dataclass
@@ -85,7 +90,7 @@ _STATE: RoleRuntime | None = None
 
 
 def init(role: str, link: LinkConfig, error_dir: Path | None = None) -> RoleRuntime:
-    """Install this process's runtime (the Cluster does it; tests may too). Replaces any old one."""
+    """Install this process's runtime (the Deployment does it; tests may too). Replaces any old one."""
     global _STATE
     _STATE = RoleRuntime(role=role, link=link, error_dir=error_dir)
     return _STATE
@@ -96,11 +101,11 @@ def is_initialised() -> bool:
 
 
 def current() -> RoleRuntime:
-    """This process's runtime; raises if no Cluster (or test) initialised it."""
+    """This process's runtime; raises if no Deployment (or test) initialised it."""
     if _STATE is None:
         raise RuntimeError(
             "bagpipe.core.runtime is not initialised in this process: role objects must be built "
-            "through Cluster.remote(...), or call runtime.init(role, link) first"
+            "through Deployment.remote(...), or call runtime.init(role, link) first"
         )
     return _STATE
 
@@ -162,8 +167,8 @@ def merge_trainer_records(records: Sequence[StepRecord]) -> StepRecord:
 def report_failure(exc: BaseException) -> None:
     """Record a failure that no RPC caller will see (e.g. in a background thread).
 
-    The driver's Cluster notices the report within ~0.1 s and raises ``RoleFailedError`` with this
-    traceback from ``Cluster.wait``. Outside a Cluster (no error dir) the exception is re-raised.
+    The driver's Deployment notices the report within ~0.1 s and raises ``RoleFailedError`` with this
+    traceback from ``Deployment.wait``. Outside a Deployment (no error dir) the exception is re-raised.
     """
     state = current()
     text = "".join(traceback.format_exception(exc))

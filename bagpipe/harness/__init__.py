@@ -1,11 +1,11 @@
 """Running experiments: the training loop, evaluation, and (beside them) tracking and reports.
 
-:func:`run_training` drives any :class:`~bagpipe.core.system.System` through the same data order,
+:func:`run_training` drives any :class:`~bagpipe.core.interface.System` through the same data order,
 timing and evaluation cadence; :func:`evaluate` scores a model state identically for every system.
 """
 
-from bagpipe.harness.evaluate import EvalScores, Evaluator, evaluate, roc_auc
-from bagpipe.harness.runner import (
+from bagpipe.harness.run.evaluate import EvalScores, Evaluator, evaluate, roc_auc
+from bagpipe.harness.run.runner import (
     EvalPoint,
     RunCallback,
     RunConfig,

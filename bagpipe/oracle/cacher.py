@@ -2,7 +2,7 @@
 
 Usage::
 
-    planner = OracleCacher(schema, num_trainers=8, lookahead=200, capacity=4_000_000)
+    planner = OracleCacher(schema, OracleConfig(8, lookahead=200, capacity=4_000_000))
     for plan in planner.plan(source):          # a BatchSource, or any iterable of batches
         if isinstance(plan, RoundPlan): ...    # evict / write back / prefetch in the background
         else: ...                              # StepPlan: how to sync batch plan.step's gradients
@@ -111,7 +111,7 @@ class OracleCacher:
         schema: turns ``Batch``es into global ids, and tells the planner each column's table (tables
             of at most ``direct_rows_max`` rows skip the hash); ``None`` if batches come as ``[B, F]``
             global ids of unknown tables.
-        num_trainers, lookahead, cleanup_interval, capacity: see ``OracleConfig``.
+        config: the trainer count, lookahead, cleanup interval and capacity (``OracleConfig``).
         direct_rows_max: the largest table mapped through a direct array (with a schema).
 
     One instance plans one stream: state carries from batch to batch.
@@ -120,14 +120,12 @@ class OracleCacher:
     def __init__(
         self,
         schema: DatasetSchema | None,
-        num_trainers: int,
-        lookahead: int = 200,
-        cleanup_interval: int | None = None,
-        capacity: int | None = None,
+        config: OracleConfig,
         *,
         direct_rows_max: int = DIRECT_ROWS_MAX,
     ) -> None:
-        self.config = OracleConfig(num_trainers, lookahead, cleanup_interval, capacity)
+        self.config = config
+        num_trainers, lookahead = config.num_trainers, config.lookahead
         if num_trainers > MAX_TRAINERS:
             raise ValueError(f"OracleCacher: num_trainers={num_trainers} exceeds {MAX_TRAINERS}")
         self.schema = schema

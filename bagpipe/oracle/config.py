@@ -4,6 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: The original's cleanup interval as a share of the lookahead (``ci = max(1, int(0.25 * L))``).
+DEFAULT_CLEANUP_FRACTION = 0.25
+
+
+def cleanup_interval_for(lookahead: int, cleanup_fraction: float = DEFAULT_CLEANUP_FRACTION) -> int:
+    """The cleanup interval ``ci = max(1, int(cleanup_fraction * L))`` (steps per round)."""
+    if not 0 < cleanup_fraction <= 0.5:
+        raise ValueError(f"cleanup_fraction={cleanup_fraction} must be in (0, 0.5]")
+    return max(1, int(cleanup_fraction * lookahead))
+
 
 @dataclass(frozen=True)
 class OracleConfig:
@@ -13,8 +23,8 @@ class OracleConfig:
         num_trainers: ``T``; trainer ``k`` trains on examples ``k*B/T .. (k+1)*B/T - 1``.
         lookahead: ``L`` (batches). A use at step ``i`` keeps its row's lease until its next use if
             that is within ``(i, i+L]``; a singleton must not be used again in ``(i, i+L]``.
-        cleanup_interval: ``ci`` (steps per round); ``None`` = ``max(1, int(0.25 * L))`` as in the
-            original. Must satisfy ``L >= 2*ci``: a singleton's row is stale on the non-owners and is
+        cleanup_interval: ``ci`` (steps per round); ``None`` = :func:`cleanup_interval_for` ``(L)``,
+            as in the original. Must satisfy ``L >= 2*ci``: a singleton's row is stale on the non-owners and is
             evicted at the first round it is eligible for, whose steps start at most ``2*ci + 1`` steps
             after the singleton use; the next use comes ``> L`` steps after it, so it always finds the
             row written back and refetched only when ``L >= 2*ci``.
@@ -34,7 +44,7 @@ class OracleConfig:
                 f"oracle config: lookahead={self.lookahead} must be >= 2 (a round needs L >= 2*ci >= 2)"
             )
         if self.cleanup_interval is None:
-            object.__setattr__(self, "cleanup_interval", max(1, int(0.25 * self.lookahead)))
+            object.__setattr__(self, "cleanup_interval", cleanup_interval_for(self.lookahead))
         ci = self.ci
         if ci < 1:
             raise ValueError(f"oracle config: cleanup_interval={ci} must be >= 1")
@@ -52,9 +62,6 @@ class OracleConfig:
         """The cleanup interval as an int (resolved from the default in ``__post_init__``)."""
         assert self.cleanup_interval is not None
         return self.cleanup_interval
-
-    def round_of(self, step: int) -> int:
-        return step // self.ci
 
     def round_steps(self, round_index: int, num_steps: int | None) -> tuple[int, int]:
         """``(first_step, last_step)`` of a round, clipped to a stream of ``num_steps`` batches."""

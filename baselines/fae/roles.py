@@ -1,5 +1,5 @@
 """FAE's trainer role: a replica of the hot rows in its "fast" memory, over plain
-:class:`~bagpipe.core.embedding_server.EmbeddingServer` shards (the "CPU" master copy).
+:class:`~bagpipe.paramserver.EmbeddingServer` shards (the "CPU" master copy).
 
 * **Hot step**: lookups go to the trainer's replica (global id -> hot slot); the hot rows'
   gradients are all-reduced together with the dense gradients (one flat SUM all-reduce of the
@@ -11,8 +11,11 @@
   copies them back from trainer 0's replica (all replicas are equal). Both are charged as
   ``LinkKind.H2D`` (FAE's CPU<->GPU embedding sync) and delayed on the trainer/server link.
 
+All server traffic goes through the shared client (:class:`~bagpipe.paramserver.ShardedTables`),
+as ``sync_ps``'s does.
+
 On a CPU-only machine the replica is a CPU tensor; ``fae_replica_bytes`` reports it as the device
-memory FAE would use. Rows are dealt to shards by ``id % S`` (local index ``id // S``).
+memory FAE would use.
 """
 
 from __future__ import annotations
@@ -20,12 +23,12 @@ from __future__ import annotations
 import torch
 
 from bagpipe.core import collectives, runtime
-from bagpipe.core.cluster import GroupSpec
+from bagpipe.core.interface import TrainerSpec
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
-from bagpipe.core.roleref import RoleRef
+from bagpipe.core.roles import Rendezvous, RoleRef
 from bagpipe.models import table_dim
-from bagpipe.systems.common import forward_backward, sgd_dense_, unique_rows
-from bagpipe.systems.parameter_server import ParameterServerTrainer, TrainerSpec
+from bagpipe.paramserver import ParameterServerTrainer, ShardedTables, wait_acks
+from bagpipe.training.step import forward_backward, sgd_dense_, unique_rows
 from baselines.fae.scheduler import COLD, HOT
 
 __all__ = ["FaeTrainer"]
@@ -35,7 +38,7 @@ class FaeTrainer(ParameterServerTrainer):
     """One FAE trainer: dense replica, hot-row replica, and the cold path to the servers."""
 
     def __init__(
-        self, rank: int, group: GroupSpec, servers: list[RoleRef], spec: TrainerSpec
+        self, rank: int, group: Rendezvous, servers: list[RoleRef], spec: TrainerSpec
     ) -> None:
         super().__init__(rank, group, servers, spec)
         schema, dim = spec.schema, table_dim(spec.model)
@@ -45,6 +48,7 @@ class FaeTrainer(ParameterServerTrainer):
         self.slot_of = torch.full((schema.total_rows,), -1, dtype=torch.int64)
         self.replica = torch.empty(0, dim)
         self.mode = COLD
+        self.tables = ShardedTables(servers, runtime.current().role)
 
     def set_hot_rows(self, hot_ids: torch.Tensor) -> int:
         """Adopt the hot set (sorted global ids); allocate the replica. Returns its bytes."""
@@ -53,41 +57,6 @@ class FaeTrainer(ParameterServerTrainer):
         self.slot_of[hot_ids] = torch.arange(len(hot_ids))
         self.replica = torch.zeros(len(hot_ids), self.dim)
         return self.replica.numel() * self.replica.element_size()
-
-    # -- server traffic --------------------------------------------------------------------
-
-    def _by_shard(self, ids: torch.Tensor) -> list[torch.Tensor]:
-        owner = ids % len(self.servers)
-        return [torch.nonzero(owner == s).flatten() for s in range(len(self.servers))]
-
-    def _fetch(self, ids: torch.Tensor, kind: LinkKind) -> torch.Tensor:
-        me = runtime.current().role
-        positions = self._by_shard(ids)
-        futures = []
-        for s, mine in enumerate(positions):
-            runtime.transfer(self.server_roles[s], kind, ids[mine])
-            futures.append(self.servers[s].rpc_async().fetch_rows(ids[mine], me))
-        out = torch.empty(len(ids), self.dim)
-        for mine, future in zip(positions, futures, strict=True):
-            rows = future.wait()
-            runtime.charge(kind, rows, rows=len(rows))
-            out[mine] = rows
-        return out
-
-    def _send(self, ids: torch.Tensor, rows: torch.Tensor, kind: LinkKind, method: str) -> None:
-        """Send ``rows`` of ``ids`` to their shards: gradients (``apply_gradients``) or values."""
-        futures = []
-        for s, mine in enumerate(self._by_shard(ids)):
-            runtime.transfer(self.server_roles[s], kind, ids[mine], rows[mine], rows=len(mine))
-            proxy = self.servers[s].rpc_async()
-            if method == "apply_gradients":
-                futures.append(
-                    proxy.apply_gradients(ids[mine], rows[mine], self.optim.embedding_lr)
-                )
-            else:
-                futures.append(proxy.write_rows(ids[mine], rows[mine]))
-        for future in futures:
-            future.wait()
 
     # -- swaps -----------------------------------------------------------------------------
 
@@ -98,9 +67,9 @@ class FaeTrainer(ParameterServerTrainer):
         meter = runtime.current().meter
         with meter.phase("swap"):
             if to == HOT:
-                self.replica = self._fetch(self.hot_ids, LinkKind.H2D)
+                self.replica = self.tables.pull(self.hot_ids, LinkKind.H2D)
             elif self.rank == 0:
-                self._send(self.hot_ids, self.replica, LinkKind.H2D, "write_rows")
+                wait_acks(self.tables.push_rows(self.hot_ids, self.replica, LinkKind.H2D))
         meter.count("fae_swap_rows", len(self.hot_ids))
         self.mode = to
 
@@ -135,7 +104,7 @@ class FaeTrainer(ParameterServerTrainer):
                 sgd_dense_(self.model, self.optim.dense_lr)
         else:
             with meter.phase(Phase.FETCH_WAIT):
-                rows = self._fetch(keys, LinkKind.EMB_PULL)
+                rows = self.tables.pull(keys)
             grads = forward_backward(
                 self.model, dense, rows, inverse, labels, self.global_batch_size, meter
             )
@@ -145,7 +114,9 @@ class FaeTrainer(ParameterServerTrainer):
                 )
             with meter.phase(Phase.OPTIMIZER):
                 sgd_dense_(self.model, self.optim.dense_lr)
-                self._send(keys, grads.row_grads, LinkKind.EMB_PUSH, "apply_gradients")
+                wait_acks(
+                    self.tables.push_gradients(keys, grads.row_grads, self.optim.embedding_lr)
+                )
         return grads.loss, meter.end_step()
 
     def replica_rows(self) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -5,8 +5,8 @@ budget, classify and re-pack the inputs; cached per data and settings under ``ct
 returns the re-packed source, so the run records that FAE changes the sample order
 (``reorders_samples``). Each step's kind is decided from the batch itself (hot iff every lookup hits
 a hot row); when it differs from the previous step's, the driver has every trainer swap first.
-The shards are plain :class:`~bagpipe.core.embedding_server.EmbeddingServer` shards; starting,
-driving and closing the roles is :class:`~bagpipe.systems.parameter_server.ParameterServerSystem`'s.
+The shards are plain :class:`~bagpipe.paramserver.EmbeddingServer` shards; starting,
+driving and closing the roles is :class:`~bagpipe.paramserver.ParameterServerSystem`'s.
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ from typing import Any
 import torch
 
 from bagpipe.core.batch import Batch, global_ids
-from bagpipe.core.embedding_server import EmbeddingServer, gather_rows, split_tables
-from bagpipe.core.system import ModelState, PhaseInfo, StepResult
+from bagpipe.core.interface import ModelState, PhaseInfo, StepResult
 from bagpipe.data.source import BatchSource
 from bagpipe.models import table_dim
-from bagpipe.systems.parameter_server import ParameterServerSystem
+from bagpipe.paramserver import EmbeddingServer, ParameterServerSystem, gather_rows, split_tables
 from baselines.fae.layout import FaeLayout, FaeSettings, FaeSource, cached_layout, load_examples
 from baselines.fae.roles import FaeTrainer
 from baselines.fae.scheduler import COLD, HOT

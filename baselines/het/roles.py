@@ -1,7 +1,7 @@
 """HET's role processes: embedding-server shards with version clocks, and cache-holding trainers.
 
-Rows of the flat global row space are dealt to ``S`` shards by ``id % S`` (shard ``s`` keeps row
-``id`` at local index ``id // S``). Accounting follows ``bagpipe.core.runtime``: the sender sleeps
+Rows live on the ``S`` shards in the shared layout (:class:`~bagpipe.paramserver.ShardLayout`).
+Accounting follows ``bagpipe.core.runtime``: the sender sleeps
 on its link, the trainer counts both directions. HET's traffic has three columns:
 
 * ``emb_pull``: row values the server sends (``rows`` counts them);
@@ -32,13 +32,12 @@ from typing import Any
 import torch
 
 from bagpipe.core import collectives, runtime
-from bagpipe.core.cluster import GroupSpec
-from bagpipe.core.embedding_server import EmbeddingServer
+from bagpipe.core.interface import TrainerSpec
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
-from bagpipe.core.roleref import RoleRef
+from bagpipe.core.roles import Rendezvous, RoleRef
 from bagpipe.models import table_dim
-from bagpipe.systems.common import forward_backward, sgd_dense_, unique_rows
-from bagpipe.systems.parameter_server import ParameterServerTrainer, TrainerSpec
+from bagpipe.paramserver import EmbeddingServer, ParameterServerTrainer, ShardLayout
+from bagpipe.training.step import forward_backward, sgd_dense_, unique_rows
 from baselines.het.cache import HetCache, PullReply, PullRequest, PushBatch, table_capacities
 from baselines.het.clocks import VersionedRows
 
@@ -108,7 +107,7 @@ class HetTrainer(ParameterServerTrainer):
     def __init__(
         self,
         rank: int,
-        group: GroupSpec,
+        group: Rendezvous,
         servers: list[RoleRef],
         spec: TrainerSpec,
         settings: HetSettings,
@@ -121,6 +120,7 @@ class HetTrainer(ParameterServerTrainer):
         )
         self.cache = HetCache(schema.table_sizes, capacities, dim, settings.bound, settings.policy)
         self.dim = dim
+        self.layout = ShardLayout(len(servers))
         self._channel = ThreadPoolExecutor(max_workers=1, thread_name_prefix="het-channel")
         self._prefetched: tuple[PullRequest, Future[PullReply]] | None = None
         self._last_push: Future[None] | None = None
@@ -128,14 +128,11 @@ class HetTrainer(ParameterServerTrainer):
     # -- communication (runs on the channel thread, in submission order) ---------------------
 
     def _pull(self, request: PullRequest) -> PullReply:
-        shards = len(self.servers)
-        owner = request.keys % shards
-        futures, where = [], []
-        for s in range(shards):
-            positions = torch.nonzero(owner == s).flatten()
+        where = self.layout.split(request.keys)
+        futures = []
+        for s, positions in enumerate(where):
             keys, versions = request.keys[positions], request.local_versions[positions]
             runtime.delay(self.server_roles[s], keys, versions)
-            where.append(positions)
             futures.append(
                 self.servers[s]
                 .rpc_async()
@@ -151,11 +148,8 @@ class HetTrainer(ParameterServerTrainer):
     def _push(self, push: PushBatch) -> None:
         if not len(push.keys):
             return
-        shards = len(self.servers)
-        owner = push.keys % shards
         futures = []
-        for s in range(shards):
-            mine = torch.nonzero(owner == s).flatten()
+        for s, mine in enumerate(self.layout.split(push.keys)):
             if not len(mine):
                 continue
             keys, deltas, counts = push.keys[mine], push.deltas[mine], push.counts[mine]

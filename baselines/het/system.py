@@ -6,7 +6,7 @@ around at its end, as the runner does), so the trainer can pull them while it co
 are not charged as data traffic: the trainer is charged for its batch when it trains on it. Waiting for all T trainers every step is the only
 synchronisation besides the dense all-reduce (and, in mode ``bsp``, the barrier between pushes
 and pulls). Starting, driving and closing the roles is
-:class:`~bagpipe.systems.parameter_server.ParameterServerSystem`'s.
+:class:`~bagpipe.paramserver.ParameterServerSystem`'s.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from typing import Any
 import torch
 
 from bagpipe.core.batch import Batch, global_ids, split_batch
-from bagpipe.core.embedding_server import gather_rows, split_tables
-from bagpipe.core.system import ModelState, StepResult
-from bagpipe.systems.parameter_server import ParameterServerSystem
+from bagpipe.core.interface import ModelState, StepResult
+from bagpipe.paramserver import ParameterServerSystem, gather_rows, split_tables
 from baselines.het.roles import HetServerShard, HetSettings, HetTrainer
 
 __all__ = ["HET"]

@@ -1,7 +1,7 @@
 """``sync_ps``: the synchronous parameter-server baseline with no cache and no prefetch.
 
 ``trainer`` holds the trainer role, ``system`` the :class:`SyncPS` plugin (entry point ``sync_ps``),
-``server`` the shards: the shared :class:`bagpipe.core.embedding_server.EmbeddingServer` with each
+``server`` the shards: the shared :class:`bagpipe.paramserver.EmbeddingServer` with each
 step's pushes applied as one sum in trainer order (bit-reproducible).
 """
 

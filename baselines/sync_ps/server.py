@@ -1,6 +1,6 @@
 """Step-ordered embedding-server shards for ``sync_ps``: bit-reproducible sums of the trainers' pushes.
 
-A plain :class:`~bagpipe.core.embedding_server.EmbeddingServer` applies each trainer's push as it
+A plain :class:`~bagpipe.paramserver.EmbeddingServer` applies each trainer's push as it
 arrives, so a row both trainers touched gets ``(w - lr*g0) - lr*g1`` or ``(w - lr*g1) - lr*g0``
 depending on the race: equal only to fp tolerance, and a run recovered from a checkpoint could not
 match an uninterrupted one bit for bit. Here a shard buffers step ``s``'s pushes (tagged with the
@@ -24,9 +24,9 @@ import torch
 from torch.futures import Future
 
 from bagpipe.core import runtime
-from bagpipe.core.embedding_server import EmbeddingServer, ShardedTables
 from bagpipe.core.meter import LinkKind
-from bagpipe.core.roleref import RoleRef
+from bagpipe.core.roles import RoleRef
+from bagpipe.paramserver import EmbeddingServer, ShardedTables
 
 __all__ = ["StepOrderedServer", "StepOrderedTables"]
 

@@ -11,7 +11,7 @@ and one recovered from a checkpoint ends bit-identical to an uninterrupted one.
 
 Processes: ``server_0..S-1`` (:class:`~baselines.sync_ps.server.StepOrderedServer`) and
 ``trainer_0..T-1`` (:class:`~baselines.sync_ps.trainer.SyncPSTrainer`, one gloo group for the dense
-all-reduce); the driver (this object, a :class:`~bagpipe.systems.parameter_server.ParameterServerSystem`)
+all-reduce); the driver (this object, a :class:`~bagpipe.paramserver.ParameterServerSystem`)
 sends each trainer its slice of the global batch.
 """
 
@@ -20,9 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from bagpipe.core.batch import Batch, ids_matrix
-from bagpipe.core.embedding_server import gather_tables
-from bagpipe.core.system import ModelState, StepResult
-from bagpipe.systems.parameter_server import ParameterServerSystem
+from bagpipe.core.interface import ModelState, StepResult
+from bagpipe.paramserver import ParameterServerSystem, gather_tables
 from baselines.sync_ps.server import StepOrderedServer
 from baselines.sync_ps.trainer import SyncPSTrainer
 

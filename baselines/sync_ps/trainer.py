@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch
 
 from bagpipe.core import collectives, runtime
-from bagpipe.core.cluster import GroupSpec
+from bagpipe.core.interface import TrainerSpec
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
-from bagpipe.core.roleref import RoleRef
-from bagpipe.systems.common import forward_backward, sgd_dense_, unique_rows
-from bagpipe.systems.parameter_server import ParameterServerTrainer, TrainerSpec
+from bagpipe.core.roles import Rendezvous, RoleRef
+from bagpipe.paramserver import ParameterServerTrainer, wait_acks
+from bagpipe.training.step import forward_backward, sgd_dense_, unique_rows
 from baselines.sync_ps.server import StepOrderedTables
 
 
@@ -27,7 +27,7 @@ class SyncPSTrainer(ParameterServerTrainer):
     """
 
     def __init__(
-        self, rank: int, group: GroupSpec, servers: list[RoleRef], spec: TrainerSpec
+        self, rank: int, group: Rendezvous, servers: list[RoleRef], spec: TrainerSpec
     ) -> None:
         super().__init__(rank, group, servers, spec)
         self.tables = StepOrderedTables(servers, runtime.current().role, rank)
@@ -52,8 +52,7 @@ class SyncPSTrainer(ParameterServerTrainer):
         with meter.phase(Phase.SYNC):
             pushed = self.tables.push_at(step, unique_ids, grads.row_grads, self.optim.embedding_lr)
             collectives.allreduce(self._dense_grads())
-            for ack in pushed.wait():
-                ack.wait()  # raises a shard's error
+            wait_acks(pushed)
         with meter.phase(Phase.OPTIMIZER):
             sgd_dense_(self.model, self.optim.dense_lr)
         meter.count("unique_rows", float(unique_ids.numel()))

@@ -1,6 +1,6 @@
 """``torchrec``: the tables sharded across the trainers by TorchRec's ``DistributedModelParallel``.
 
-The driver spawns T trainer roles (``bagpipe.core.cluster``); each builds the same model, joins the
+The driver spawns T trainer roles (``bagpipe.core.roles``); each builds the same model, joins the
 trainers' gloo group and lets TorchRec shard the ``EmbeddingBagCollection`` by the plan (see
 ``plan.py``). Every step the driver sends each trainer its slice of the global batch (plus, with
 ``use_pipeline``, the slices TorchRec's ``TrainPipelineSparseDist`` wants ahead of time); the
@@ -10,7 +10,7 @@ trainers run TorchRec's all-to-alls and DDP's all-reduce among themselves. Seman
 Resumable (``ctx.resume``): each trainer writes its shards from the checkpoint's full tables and
 loads the dense part before DMP wraps it; plain SGD keeps no optimizer state, so a resumed run
 continues bit-identical to an uninterrupted one. A killed trainer takes its shards with it: the
-whole job restarts from the last checkpoint (``bagpipe.harness.recovery``).
+whole job restarts from the last checkpoint (``bagpipe.harness.run.recovery``).
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import Any
 import torch
 
 from bagpipe.core.batch import Batch, split_batch
-from bagpipe.core.cluster import Cluster
+from bagpipe.core.interface import ModelState, StepResult, System, TrainContext
+from bagpipe.core.roles import Deployment
 from bagpipe.core.runtime import merge_trainer_records
-from bagpipe.core.system import ModelState, StepResult, System, TrainContext
 from bagpipe.data.source import BatchSource
 from bagpipe.models import table_dim
 from baselines.torchrec_sharding.plan import ShardingKnobs
-from baselines.torchrec_sharding.trainer import TorchRecTrainer, TrainerSpec
+from baselines.torchrec_sharding.trainer import TorchRecTrainer
 
 PIPELINE_DEPTH = 2  # batches TrainPipelineSparseDist holds beyond the current one
 
@@ -67,7 +67,7 @@ class TorchRecSharding(System):
         self.use_pipeline = use_pipeline
         self.step_timeout_s = step_timeout_s
         self._ctx: TrainContext | None = None
-        self._cluster: Cluster | None = None
+        self._deployment: Deployment | None = None
         self._trainers: list[Any] = []
         self._source: BatchSource | None = None
         self._next_step = 0
@@ -90,30 +90,24 @@ class TorchRecSharding(System):
         self._next_step = self._sent_until = first_step
         self._ahead.clear()
         roles = [f"trainer_{k}" for k in range(self.num_trainers)]
-        self._cluster = Cluster(roles, link=ctx.link)
-        spec = TrainerSpec(
-            schema=ctx.schema,
-            model=ctx.model,
-            optim=ctx.optim,
-            seed=ctx.seed,
-            global_batch_size=ctx.global_batch_size,
-            knobs=self.knobs,
-            use_pipeline=self.use_pipeline,
-        )
+        self._deployment = Deployment(roles, link=ctx.link)
+        spec = ctx.trainer_spec()
         try:
-            group = self._cluster.new_group("trainers", self.num_trainers)
+            group = self._deployment.new_group("trainers", self.num_trainers)
             self._trainers = [
-                self._cluster.remote(role, TorchRecTrainer, rank, group, spec, ctx.resume)
+                self._deployment.remote(
+                    role, TorchRecTrainer, rank, group, spec, self.knobs, self.use_pipeline
+                )
                 for rank, role in enumerate(roles)
             ]
             # Building a trainer runs collectives (planner, DMP): wait for all of them together.
-            self._cluster.wait([t.ready for t in self._trainers])
+            self._deployment.wait([t.ready for t in self._trainers])
         except BaseException:
             self.close()
             raise
 
     def train_step(self, step: int, batch: Batch) -> StepResult:
-        ctx, cluster = self._require_setup()
+        ctx, deployment = self._require_setup()
         if batch.labels.shape[0] != ctx.global_batch_size:
             raise ValueError(
                 f"step {step}: batch of {batch.labels.shape[0]} examples, but global_batch_size "
@@ -128,7 +122,7 @@ class TorchRecSharding(System):
             trainer.rpc_async().train_step(step, pieces)
             for trainer, pieces in zip(self._trainers, per_rank, strict=True)
         ]
-        results = cluster.wait(futures, timeout_s=self.step_timeout_s)
+        results = deployment.wait(futures, timeout_s=self.step_timeout_s)
         record = merge_trainer_records([record for _, record in results])
         loss = sum(bce_sum for bce_sum, _ in results) / ctx.global_batch_size
         return StepResult(loss=loss, record=record)
@@ -163,8 +157,8 @@ class TorchRecSharding(System):
         return out
 
     def full_state(self) -> ModelState:
-        ctx, cluster = self._require_setup()
-        pieces_per_rank = cluster.wait([t.rpc_async().table_pieces() for t in self._trainers])
+        ctx, deployment = self._require_setup()
+        pieces_per_rank = deployment.wait([t.rpc_async().table_pieces() for t in self._trainers])
         tables: dict[str, torch.Tensor] = {}
         for name, rows in zip(ctx.schema.table_names, ctx.schema.table_sizes, strict=True):
             full = torch.empty(rows, table_dim(ctx.model))
@@ -181,13 +175,13 @@ class TorchRecSharding(System):
             if not bool(covered.all()):
                 raise RuntimeError(f"table {name}: the trainers' shards do not cover it")
             tables[name] = full
-        dense = cluster.wait(self._trainers[0].rpc_async().dense_state())
+        dense = deployment.wait(self._trainers[0].rpc_async().dense_state())
         return ModelState(tables=tables, dense=dense)
 
     def stats(self) -> dict[str, Any]:
-        if self._cluster is None or not self._trainers:
+        if self._deployment is None or not self._trainers:
             return {}
-        described = self._cluster.wait(self._trainers[0].rpc_async().plan_description())
+        described = self._deployment.wait(self._trainers[0].rpc_async().plan_description())
         return {
             "plan": described["plan"],
             "rows_per_rank": described["load"]["rows"],
@@ -199,20 +193,20 @@ class TorchRecSharding(System):
         }
 
     def close(self) -> None:
-        cluster, self._cluster = self._cluster, None
-        if cluster is None:
+        deployment, self._deployment = self._deployment, None
+        if deployment is None:
             return
         try:
-            if self._trainers and cluster.failure is None:
-                cluster.wait([t.rpc_async().close() for t in self._trainers], timeout_s=60)
+            if self._trainers and deployment.failure is None:
+                deployment.wait([t.rpc_async().close() for t in self._trainers], timeout_s=60)
         finally:
             self._trainers = []
-            cluster.close()
+            deployment.close()
 
-    def _require_setup(self) -> tuple[TrainContext, Cluster]:
-        if self._ctx is None or self._cluster is None:
+    def _require_setup(self) -> tuple[TrainContext, Deployment]:
+        if self._ctx is None or self._deployment is None:
             raise RuntimeError("TorchRecSharding used before setup(ctx) or after close()")
-        return self._ctx, self._cluster
+        return self._ctx, self._deployment
 
 
 def _same_batch(a: Batch, b: Batch) -> bool:

@@ -1,6 +1,6 @@
 """One TorchRec trainer: its shards of the tables (via ``DistributedModelParallel``) and a dense replica.
 
-Built in its own process by the driver (``Cluster.remote``); the T trainers form one gloo group
+Built in its own process by the driver (``Deployment.remote``); the T trainers form one gloo group
 (NCCL when CUDA is available) in which TorchRec runs its all-to-alls and DDP its all-reduce.
 
 **Gradient scaling (why the result equals ``local``).** ``local`` steps with the gradient of the
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -37,13 +36,13 @@ from torchrec.optim.optimizers import in_backward_optimizer_filter
 from torchrec.sparse.jagged_tensor import KeyedTensor
 
 from bagpipe.core import collectives, runtime
-from bagpipe.core.batch import Batch, DatasetSchema, ids_matrix
-from bagpipe.core.cluster import GroupSpec
+from bagpipe.core.batch import Batch, ids_matrix
+from bagpipe.core.interface import TrainerSpec
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
-from bagpipe.core.system import OptimConfig, ResumePoint
-from bagpipe.models import ModelConfig, RecModel, table_dim
-from bagpipe.systems.common import bce_loss_sum
-from bagpipe.systems.start import start_dense_model, start_tables
+from bagpipe.core.roles import Rendezvous
+from bagpipe.models import RecModel, table_dim
+from bagpipe.training.start import start_dense_model, start_tables
+from bagpipe.training.step import bce_loss_sum
 from baselines.torchrec_sharding.plan import (
     FlexibleEBCSharder,
     ShardingKnobs,
@@ -60,19 +59,6 @@ from baselines.torchrec_sharding.traffic import (
 
 EBC_PATH = "ebc"
 PIPELINE_PHASE = "train_pipeline"  # the pipeline runs a whole step in one call
-
-
-@dataclass(frozen=True)
-class TrainerSpec:
-    """What every trainer builds (picklable; identical on all ranks)."""
-
-    schema: DatasetSchema
-    model: ModelConfig
-    optim: OptimConfig
-    seed: int
-    global_batch_size: int
-    knobs: ShardingKnobs
-    use_pipeline: bool
 
 
 class ShardedRecModel(nn.Module):
@@ -102,22 +88,29 @@ class ShardedRecModel(nn.Module):
 
 
 class TorchRecTrainer:
-    """Rank ``rank`` of the T TorchRec trainers (a ``Cluster`` role object).
+    """Rank ``rank`` of the T TorchRec trainers (a ``Deployment`` role object).
 
     Args:
         rank: this trainer's rank in the gloo group.
-        group: the rendezvous of the trainers' group (``Cluster.new_group``).
-        spec: model, data shape, optimizer and sharding knobs.
-        resume: the checkpoint to start from (its step and model), instead of the seeded weights
+        group: the rendezvous of the trainers' group (``Deployment.new_group``).
+        spec: the run's settings (the same :class:`TrainerSpec` every system's trainers get).
+        knobs: the sharding knobs (planner or hand plan, kernel).
+        use_pipeline: train through TorchRec's ``TrainPipelineSparseDist``.
             at step 0.
     """
 
     def __init__(
-        self, rank: int, group: GroupSpec, spec: TrainerSpec, resume: ResumePoint | None = None
+        self,
+        rank: int,
+        group: Rendezvous,
+        spec: TrainerSpec,
+        knobs: ShardingKnobs,
+        use_pipeline: bool,
     ) -> None:
         self.rank = rank
         self.world = group.world_size
         self.spec = spec
+        self.knobs = knobs
         collectives.join_group(group, rank)
         comm_ops.set_gradient_division(True)
         self.device = _device_for(rank, self.world)
@@ -134,22 +127,22 @@ class TorchRecTrainer:
         for config in configs:
             config.pooling = PoolingType.SUM
         ebc = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
-        if spec.knobs.kernel == "fused":
+        if knobs.kernel == "fused":
             apply_optimizer_in_backward(
                 torch.optim.SGD, ebc.parameters(), {"lr": spec.optim.embedding_lr}
             )
-        start = resume.state if resume is not None else None
+        start = spec.resume_state
         dense = start_dense_model(spec.model, spec.schema, spec.seed, start)
         model = ShardedRecModel(ebc, dense, spec.schema.feature_names)
         self.dense = model.dense
 
-        sharder = FlexibleEBCSharder(spec.knobs.kernel)
+        sharder = FlexibleEBCSharder(knobs.kernel)
         local_batch = spec.global_batch_size // self.world
-        if spec.knobs.uses_planner:
+        if knobs.uses_planner:
             module_plan = planner_plan(
                 model,
                 EBC_PATH,
-                spec.knobs,
+                knobs,
                 self.world,
                 sharder,
                 self.device.type,
@@ -157,7 +150,7 @@ class TorchRecTrainer:
                 self.group,
             )
         else:
-            module_plan = manual_plan(ebc, spec.knobs, self.world, sharder, self.device.type)
+            module_plan = manual_plan(ebc, knobs, self.world, sharder, self.device.type)
         self.plan = module_plan
         self.dmp = DistributedModelParallel(
             model,
@@ -174,8 +167,8 @@ class TorchRecTrainer:
 
         self._pipeline: TrainPipelineSparseDist | None = None
         self._received: deque[Batch] = deque()
-        self._next_step = resume.step if resume is not None else 0
-        if spec.use_pipeline:
+        self._next_step = spec.resume.step if spec.resume is not None else 0
+        if use_pipeline:
             self._pipeline = TrainPipelineSparseDist(self.dmp, self.optimizer, self.device)
 
     # ----------------------------------------------------------------------------- set-up

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from bagpipe.core.batch import DatasetSchema, global_ids
+from bagpipe.core.interface import ModelState, TrainContext
 from bagpipe.core.registry import load_system
-from bagpipe.core.system import ModelState, TrainContext
 from bagpipe.models import initial_tables, table_dim
-from bagpipe.systems.local import LocalSystem
+from bagpipe.training.local import LocalSystem
 from baselines.fae import FAE
-from tests.conftest import TINY_MODEL, TinySource, equivalence_context
+from tests.conftest import TINY_MODEL, TinySource, assert_states_close, equivalence_context
 
 SCHEMA = DatasetSchema(
     name="fae-eq", num_dense=3, table_sizes=(30, 200, 8), feature_names=("a", "b", "c")
@@ -33,12 +33,6 @@ def _local_on(source, model_name: str, tmp_path) -> tuple[list[float], ModelStat
     losses = [local.train_step(step, source[step]).loss for step in range(len(source))]
     return losses, local.full_state()
 
-
-def _assert_same(got: ModelState, want: ModelState) -> None:
-    for table in want.tables:
-        torch.testing.assert_close(got.tables[table], want.tables[table], rtol=1e-5, atol=1e-6)
-    for key in want.dense:
-        torch.testing.assert_close(got.dense[key], want.dense[key], rtol=1e-5, atol=1e-6)
 
 
 def _budget_leaving_cold(rows_left_cold: int) -> int:
@@ -68,7 +62,7 @@ def test_every_row_hot_without_split_equals_local(tmp_path) -> None:
         fae.close()
     want_losses, want = _local_on(ctx.source, "wdl", tmp_path)
     assert losses == pytest.approx(want_losses, rel=1e-4, abs=1e-6)
-    _assert_same(got, want)
+    assert_states_close(got, want)
     assert stats["fae_hot_input_share"] == 1.0 and stats["fae_hot_steps"] == BATCHES
     assert stats["fae_swaps"] == 1  # the initial cold -> hot
 
@@ -90,8 +84,8 @@ def test_repacked_hot_and_cold_phases_equal_local_on_the_same_batches(tmp_path) 
         source = fae.prepare_dataset(ctx.source)
         initial = fae.full_state()
         # a swap in and out without training round-trips the hot rows exactly
-        fae._cluster.wait([t.rpc_async().swap("hot") for t in fae._trainers])
-        fae._cluster.wait([t.rpc_async().swap("cold") for t in fae._trainers])
+        fae._deployment.wait([t.rpc_async().swap("hot") for t in fae._trainers])
+        fae._deployment.wait([t.rpc_async().swap("cold") for t in fae._trainers])
         round_trip = fae.full_state()
         losses = [fae.train_step(step, source[step]).loss for step in range(len(source))]
         got, stats = fae.full_state(), fae.stats()
@@ -103,6 +97,6 @@ def test_repacked_hot_and_cold_phases_equal_local_on_the_same_batches(tmp_path) 
         assert torch.equal(round_trip.tables[name], table)
     want_losses, want = _local_on(source, model_name, tmp_path)
     assert losses == pytest.approx(want_losses, rel=1e-4, abs=1e-6)
-    _assert_same(got, want)
+    assert_states_close(got, want)
     assert stats["fae_hot_steps"] > 0 and stats["fae_cold_steps"] > 0
     assert stats["fae_swaps"] >= 2 and 0 < stats["fae_hot_input_share"] < 1

@@ -5,15 +5,14 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import torch
 
 from bagpipe.core.batch import DatasetSchema
+from bagpipe.core.interface import ModelState, System, TrainContext
 from bagpipe.core.link import LinkConfig
 from bagpipe.core.registry import load_system
-from bagpipe.core.system import ModelState, System, TrainContext
-from bagpipe.systems.local import LocalSystem
+from bagpipe.training.local import LocalSystem
 from baselines.het import HET
-from tests.conftest import equivalence_context
+from tests.conftest import assert_states_close, equivalence_context
 
 SCHEMA = DatasetSchema(
     name="het-eq", num_dense=3, table_sizes=(30, 200, 8), feature_names=("a", "b", "c")
@@ -36,12 +35,6 @@ def _local(model_name: str) -> tuple[list[float], ModelState]:
     return losses, local.full_state()
 
 
-def _assert_same(got: ModelState, want: ModelState) -> None:
-    for table in want.tables:
-        torch.testing.assert_close(got.tables[table], want.tables[table], rtol=1e-5, atol=1e-6)
-    for key in want.dense:
-        torch.testing.assert_close(got.dense[key], want.dense[key], rtol=1e-5, atol=1e-6)
-
 
 def test_registered_under_its_name() -> None:
     assert load_system("het") is HET
@@ -57,7 +50,7 @@ def test_bound0_bsp_full_cache_equals_local_with_two_trainers() -> None:
     finally:
         het.close()
     assert losses == pytest.approx(want_losses, rel=1e-4, abs=1e-6)
-    _assert_same(got, want)
+    assert_states_close(got, want)
     # both trainers touch the hot rows, so reads saw the other worker's pushes and refreshed
     assert sum(stats["het_staleness_hist"][1:]) > 0
     assert stats["het_evictions_clean"] == stats["het_evictions_dirty"] == 0
@@ -76,7 +69,7 @@ def test_one_worker_with_prefetch_small_cache_and_stale_bound_equals_local() -> 
     finally:
         het.close()
     assert losses == pytest.approx(want_losses, rel=1e-4, abs=1e-6)
-    _assert_same(got, want)
+    assert_states_close(got, want)
     assert stats["het_evictions_dirty"] > 0 and 0 < stats["het_miss_rate"] < 1
 
 

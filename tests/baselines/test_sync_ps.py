@@ -7,15 +7,15 @@ import torch
 
 from bagpipe.core import runtime
 from bagpipe.core.batch import DatasetSchema, global_ids, split_batch
+from bagpipe.core.interface import TrainContext
 from bagpipe.core.link import LinkConfig
 from bagpipe.core.meter import LinkKind, StepRecord
 from bagpipe.core.registry import load_system
-from bagpipe.core.system import ModelState, TrainContext
 from bagpipe.models import build_dense_model, initial_tables, table_dim
-from bagpipe.systems.local import LocalSystem
+from bagpipe.training.local import LocalSystem
 from baselines.sync_ps import SyncPS
 from baselines.sync_ps.server import StepOrderedServer
-from tests.conftest import equivalence_context
+from tests.conftest import assert_states_close, equivalence_context
 
 SCHEMA = DatasetSchema(
     name="sync-ps-eq", num_dense=3, table_sizes=(30, 200, 8), feature_names=("a", "b", "c")
@@ -43,14 +43,6 @@ def _expected_bytes(ctx: TrainContext, step: int, trainers: int) -> dict[str, in
     return out
 
 
-def _assert_same(got: ModelState, want: ModelState) -> None:
-    assert got.tables.keys() == want.tables.keys()
-    for table in want.tables:
-        torch.testing.assert_close(got.tables[table], want.tables[table], rtol=0, atol=1e-5)
-    assert got.dense.keys() == want.dense.keys()
-    for key in want.dense:
-        torch.testing.assert_close(got.dense[key], want.dense[key], rtol=0, atol=1e-5)
-
 
 def test_registered_under_its_name() -> None:
     assert load_system("sync_ps") is SyncPS
@@ -73,7 +65,7 @@ def test_two_trainers_two_servers_equal_local_after_20_steps(model_name: str) ->
         system.close()
 
     torch.testing.assert_close([r.loss for r in results], want_losses, rtol=0, atol=1e-5)
-    _assert_same(got, want)
+    assert_states_close(got, want, rtol=0, atol=1e-5)
     start = initial_tables(SCHEMA, table_dim(ctx.model), ctx.seed)
     assert not torch.allclose(got.tables["t_b"], start["t_b"])  # updates reached the servers
     for step in (0, STEPS - 1):

@@ -11,16 +11,16 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from conftest import TinySource
 
 from bagpipe.core.batch import DatasetSchema
+from bagpipe.core.interface import ModelState, OptimConfig, ResumePoint, System, TrainContext
 from bagpipe.core.link import LinkConfig
 from bagpipe.core.meter import LinkKind, StepRecord
-from bagpipe.core.system import ModelState, OptimConfig, ResumePoint, System, TrainContext
 from bagpipe.models import build_dense_model
 from bagpipe.models.base import ModelConfig
-from bagpipe.systems.local import LocalSystem
+from bagpipe.training.local import LocalSystem
 from baselines.torchrec_sharding import TorchRecSharding
+from tests.conftest import TinySource, assert_states_close, assert_states_equal
 
 SCHEMA = DatasetSchema(
     name="torchrec-tiny",
@@ -90,12 +90,7 @@ def _assert_equals_local(run: Run, model: ModelConfig) -> None:
     )
     assert moved > 1e-3, "training must change the tables for the check to mean anything"
     assert run.losses == pytest.approx(expected.losses, abs=ATOL)
-    assert run.state.tables.keys() == expected.state.tables.keys()
-    for name, table in expected.state.tables.items():
-        torch.testing.assert_close(run.state.tables[name], table, atol=ATOL, rtol=0, msg=name)
-    assert run.state.dense.keys() == expected.state.dense.keys()
-    for key, value in expected.state.dense.items():
-        torch.testing.assert_close(run.state.dense[key], value, atol=ATOL, rtol=0, msg=key)
+    assert_states_close(run.state, expected.state, rtol=0, atol=ATOL)
 
 
 @pytest.mark.parametrize(
@@ -181,10 +176,7 @@ def test_resumed_run_ends_bit_identical(sharding: str, kernel: str, use_pipeline
     first = _train(make(), DLRM, stop=2)
     rest = _train(make(), DLRM, resume=ResumePoint(2, first.state))
     assert first.losses + rest.losses == straight.losses
-    for name, table in straight.state.tables.items():
-        assert torch.equal(rest.state.tables[name], table), name
-    for key, value in straight.state.dense.items():
-        assert torch.equal(rest.state.dense[key], value), key
+    assert_states_equal(rest.state, straight.state)
     assert not torch.equal(first.state.tables["t_c0"], straight.state.tables["t_c0"])
 
 

@@ -1,4 +1,4 @@
-"""Tiny role classes for the Cluster tests (module level, so spawned role processes can import them)."""
+"""Tiny role classes for the Deployment tests (module level, so spawned role processes can import them)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import time
 import torch
 
 from bagpipe.core import collectives, runtime
-from bagpipe.core.cluster import Cluster, GroupSpec
-from bagpipe.core.roleref import RoleRef
+from bagpipe.core.roles import Deployment, Rendezvous, RoleRef
 
 
 class Accumulator:
@@ -44,7 +43,7 @@ class Accumulator:
 class GroupMember:
     """Joins a gloo group and all-reduces on request (for the collectives tests)."""
 
-    def __init__(self, spec: GroupSpec, rank: int) -> None:
+    def __init__(self, spec: Rendezvous, rank: int) -> None:
         collectives.join_group(spec, rank)
         self.rank = rank
 
@@ -67,4 +66,4 @@ class GroupMember:
 def serve_from_env(env: dict[str, str], roles: list[str]) -> None:
     """A launcher-started rank: set the launcher's variables, then join as a role (never returns)."""
     os.environ.update(env)
-    Cluster.from_env(roles)
+    Deployment.from_env(roles)

@@ -16,11 +16,11 @@ import submitit
 import torch
 
 from bagpipe.core.checkpoint import CheckpointStore, state_digest
-from bagpipe.core.system import OptimConfig, TrainContext
-from bagpipe.harness.preemption import DeferredSignal
-from bagpipe.harness.recovery import run_with_recovery
-from bagpipe.harness.runner import RunConfig
-from bagpipe.systems.local import LocalSystem
+from bagpipe.core.interface import OptimConfig, TrainContext
+from bagpipe.harness.run.preemption import DeferredSignal
+from bagpipe.harness.run.recovery import run_with_recovery
+from bagpipe.harness.run.runner import RunConfig
+from bagpipe.training.local import LocalSystem
 from tests.conftest import TINY_MODEL, TINY_SCHEMA, TinySource
 
 SEED = 5

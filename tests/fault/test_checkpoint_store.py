@@ -10,7 +10,7 @@ import torch
 
 import bagpipe.core.checkpoint as checkpoint_module
 from bagpipe.core.checkpoint import CheckpointError, CheckpointStore, CheckpointWarning
-from bagpipe.core.system import ModelState
+from bagpipe.core.interface import ModelState
 
 
 def _state(value: float) -> ModelState:

@@ -13,17 +13,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import torch
 
 from bagpipe.core.batch import DatasetSchema
 from bagpipe.core.checkpoint import CheckpointStore, state_digest
+from bagpipe.core.interface import ModelState, OptimConfig, System, TrainContext
 from bagpipe.core.link import LinkConfig
-from bagpipe.core.system import ModelState, OptimConfig, System, TrainContext
-from bagpipe.harness.faults import KillRoles
-from bagpipe.harness.recovery import run_with_recovery
-from bagpipe.harness.runner import RunConfig, run_training
-from bagpipe.system import Bagpipe
-from tests.conftest import TINY_MODEL, TinySource
+from bagpipe.harness.run.faults import KillRoles
+from bagpipe.harness.run.recovery import run_with_recovery
+from bagpipe.harness.run.runner import RunConfig, run_training
+from bagpipe.lrpp import Bagpipe
+from tests.conftest import TINY_MODEL, TinySource, assert_states_equal
 
 SCHEMA = DatasetSchema(
     name="fault", num_dense=3, table_sizes=(40, 300, 12, 500), feature_names=("a", "b", "c", "d")
@@ -95,19 +94,10 @@ def _kill_and_recover(
     assert [int(m["step"]) for m in result.steps] == list(range(STEPS))
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("bagpipe-")]
     assert digest.state is not None and reference.state is not None
-    _assert_equal_states(digest.state, reference.state)
+    assert_states_equal(digest.state, reference.state)
     assert digest.value == reference.value
     return [(r.role, r.resumed_step) for r in restarts]
 
-
-def _assert_equal_states(got: ModelState, want: ModelState) -> None:
-    """Every tensor equal (``torch.equal``): names the first that differs, unlike a digest."""
-    assert got.tables.keys() == want.tables.keys()
-    for name, table in want.tables.items():
-        assert torch.equal(got.tables[name], table), name
-    assert got.dense.keys() == want.dense.keys()
-    for key, tensor in want.dense.items():
-        assert torch.equal(got.dense[key], tensor), key
 
 
 @pytest.mark.slow  # four clusters of five role processes start (~30 s on two idle cores)

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from bagpipe.core.checkpoint import CheckpointStore
-from bagpipe.harness.preemption import DeferredSignal
-from bagpipe.harness.recovery import run_with_recovery
-from bagpipe.harness.runner import Preempted, RunConfig, run_training
-from tests.conftest import TINY_SCHEMA, TinySource
-from tests.fault.test_resume import KeepState, NoisyLocal, _assert_same, _context, _uninterrupted
+from bagpipe.harness.run.preemption import DeferredSignal
+from bagpipe.harness.run.recovery import run_with_recovery
+from bagpipe.harness.run.runner import Preempted, RunConfig, run_training
+from tests.conftest import TINY_SCHEMA, TinySource, assert_states_equal
+from tests.fault.test_resume import KeepState, NoisyLocal, _context, _uninterrupted
 
 STEPS = 11
 
@@ -61,7 +61,7 @@ def test_a_stop_request_checkpoints_that_step_and_the_resumed_run_is_exact(tmp_p
     )
     assert restarts == [] and result.summary["first_step"] == 6.0
     assert keep.state is not None and reference.state is not None
-    _assert_same(keep.state, reference.state)
+    assert_states_equal(keep.state, reference.state)
 
 
 def test_deferred_signal_is_delivered_to_the_previous_handler_after_the_block() -> None:
@@ -83,7 +83,7 @@ def test_deferred_signal_is_delivered_to_the_previous_handler_after_the_block() 
 
 def _train(tmp_path: Path, *overrides: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "bagpipe.harness.train", "cluster=inprocess", "system=local",
+        [sys.executable, "-m", "bagpipe.harness.run", "launcher=inprocess", "system=local",
          "run.batch_size=64", "run.eval_every=0", "run.eval_batches=1", "run.warmup_steps=0",
          "run.progress=false", "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run",
          f"run.checkpoint_dir={tmp_path}/checkpoints", *overrides],

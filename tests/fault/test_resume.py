@@ -13,12 +13,12 @@ import torch
 
 from bagpipe.core.batch import Batch
 from bagpipe.core.checkpoint import CheckpointStore
-from bagpipe.core.cluster import RoleFailedError
-from bagpipe.core.system import ModelState, OptimConfig, StepResult, TrainContext
-from bagpipe.harness.recovery import run_with_recovery
-from bagpipe.harness.runner import RunConfig, run_training
-from bagpipe.systems.local import LocalSystem
-from tests.conftest import TINY_MODEL, TINY_SCHEMA, TinySource
+from bagpipe.core.interface import ModelState, OptimConfig, StepResult, TrainContext
+from bagpipe.core.roles import RoleFailedError
+from bagpipe.harness.run.recovery import run_with_recovery
+from bagpipe.harness.run.runner import RunConfig, run_training
+from bagpipe.training.local import LocalSystem
+from tests.conftest import TINY_MODEL, TINY_SCHEMA, TinySource, assert_states_equal
 
 STEPS = 11
 
@@ -68,13 +68,6 @@ class KeepState:
         self.rng = torch.get_rng_state()
 
 
-def _assert_same(a: ModelState, b: ModelState) -> None:
-    assert a.tables.keys() == b.tables.keys()
-    for name in a.tables:
-        assert torch.equal(a.tables[name], b.tables[name]), name
-    for name in a.dense:
-        assert torch.equal(a.dense[name], b.dense[name]), name
-
 
 def _uninterrupted(cfg: RunConfig) -> KeepState:
     systems = [NoisyLocal()]
@@ -114,7 +107,7 @@ def test_recovered_run_equals_uninterrupted(tmp_path: Path) -> None:
     ]
     assert all(r.recovery_s > 0 for r in restarts)
     assert keep.state is not None and reference.state is not None
-    _assert_same(keep.state, reference.state)
+    assert_states_equal(keep.state, reference.state)
     assert torch.equal(keep.rng, reference.rng)  # the RNG stream continued where it stopped
     assert [m["step"] for m in result.steps] == list(range(STEPS))
     assert [m["loss"] for m in result.steps] == [reference.losses[s] for s in range(STEPS)]
@@ -140,7 +133,7 @@ def test_failure_before_any_checkpoint_starts_over(tmp_path: Path) -> None:
     )
     assert [r.resumed_step for r in restarts] == [0]
     assert keep.state is not None and reference.state is not None
-    _assert_same(keep.state, reference.state)
+    assert_states_equal(keep.state, reference.state)
 
 
 def test_too_many_failures_reraise(tmp_path: Path) -> None:

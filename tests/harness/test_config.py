@@ -13,8 +13,8 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from bagpipe.core.registry import registered_systems
-from bagpipe.harness.schema import register_configs
-from bagpipe.harness.train import SUITES_DIR
+from bagpipe.harness.run.schema import register_configs
+from bagpipe.harness.run.train import SUITES_DIR
 from bagpipe.models import paper_config
 
 
@@ -79,19 +79,19 @@ def test_every_system_option_names_its_registered_class():
 
 def test_a_bad_value_late_in_a_sweep_fails_before_any_job_runs(tmp_path: Path):
     done = subprocess.run(
-        [sys.executable, "-m", "bagpipe.harness.train", "-m", "cluster=inprocess",
+        [sys.executable, "-m", "bagpipe.harness.run", "-m", "launcher=inprocess",
          "run.steps=2,three", "tracking.enabled=false", f"hydra.sweep.dir={tmp_path}/sweep"],
         capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
     )
     assert done.returncode != 0
     output = done.stderr + done.stdout
-    assert "sweep job #1 (cluster=inprocess run.steps=three" in output
+    assert "sweep job #1 (launcher=inprocess run.steps=three" in output
     assert "full_key: run.steps" in output
     assert not list(tmp_path.rglob("run.json"))
 
 
 def test_smoke_suite_jobs_are_valid_and_fig7_covers_every_system_and_model():
-    from bagpipe.harness.sweep import sweep_jobs, validate_sweep
+    from bagpipe.harness.run.sweep import sweep_jobs, validate_sweep
 
     smoke = compose("config", overrides=["suite=smoke"], return_hydra_config=True)
     assert len(validate_sweep(smoke)) == 4
@@ -104,14 +104,14 @@ def test_smoke_suite_jobs_are_valid_and_fig7_covers_every_system_and_model():
 
 
 def test_ablation_suite_runs_the_full_design_and_each_single_ablation():
-    from bagpipe.harness.sweep import validate_sweep
+    from bagpipe.harness.run.sweep import validate_sweep
 
     ablation = compose("config", overrides=["suite=ablation"], return_hydra_config=True)
     jobs = validate_sweep(ablation)
     designs = set()
     for job in jobs:
         cfg = compose("config", overrides=["suite=ablation", *job])
-        assert cfg.system._target_ == "bagpipe.system.Bagpipe"
+        assert cfg.system._target_ == "bagpipe.lrpp.system.Bagpipe"
         assert cfg.system.lookahead == 20  # the variants extend bagpipe.yaml
         designs.add((cfg.system.sync_later, cfg.system.prefetch, cfg.system.partition))
     assert len(jobs) == 4 * 3  # three seeds each

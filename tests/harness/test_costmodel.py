@@ -32,15 +32,15 @@ from pathlib import Path
 import pytest
 
 from bagpipe.core.batch import DatasetSchema
+from bagpipe.core.interface import OptimConfig, System, TrainContext
 from bagpipe.core.link import LinkConfig
-from bagpipe.core.system import OptimConfig, System, TrainContext
-from bagpipe.harness.costmodel import (
+from bagpipe.harness.report.costmodel import (
     SYSTEM_RULES,
-    Cluster,
+    Topology,
     Workload,
     predict,
 )
-from bagpipe.harness.runner import RunConfig, RunResult, run_training
+from bagpipe.harness.run.runner import RunConfig, RunResult, run_training
 from bagpipe.models import table_dim
 from tests.conftest import TINY_MODEL, TinySource
 
@@ -60,7 +60,7 @@ def _workload(system: str, **kwargs: object) -> Workload:
 
 
 def test_local_is_its_compute_time() -> None:
-    cluster = Cluster.link_model(0.001, 50, trainers=2, servers=2)
+    cluster = Topology.link_model(0.001, 50, trainers=2, servers=2)
     assert predict(_workload("local"), cluster).iter_s == pytest.approx(0.010)
 
 
@@ -69,7 +69,7 @@ def test_sync_ps_puts_every_byte_on_the_critical_path() -> None:
     work = _workload(
         "sync_ps", bytes_per_iter={"emb_pull": 2e6, "emb_push": 2e6, "allreduce": 4e5}
     )
-    got = predict(work, Cluster.link_model(1.0, 100, trainers=2, servers=2))
+    got = predict(work, Topology.link_model(1.0, 100, trainers=2, servers=2))
     pull = 2 * 100e-6 + 5e5 * 8 / 1e9
     push = 100e-6 + 5e5 * 8 / 1e9
     ring = 2 * 100e-6 + 2 * 2e5 * 8 / 2 / 1e9  # 2(T-1) steps of bytes/T, per trainer 2e5 B
@@ -85,7 +85,7 @@ def test_bagpipe_sync_later_overlaps_compute_but_queues_on_the_ring() -> None:
         bytes_per_iter={"allreduce": 2 * (later_bytes + 32_000)},
         counters={"rows_sync_later": 1000.0},
     )
-    cluster = Cluster.link_model(0.01, 0, trainers=2, servers=2)
+    cluster = Topology.link_model(0.01, 0, trainers=2, servers=2)
     now_s = 32_000 * 8 / 0.01e9  # ring of 2: one step of bytes/2 twice = bytes on the wire
     later_s = later_bytes * 8 / 0.01e9
     got = predict(work, cluster)
@@ -97,7 +97,7 @@ def test_bagpipe_sync_later_overlaps_compute_but_queues_on_the_ring() -> None:
 def test_bagpipe_rounds_only_cost_when_they_fall_behind() -> None:
     slow = _workload("bagpipe", bytes_per_iter={"emb_pull": 2e6}, knobs={"cleanup_interval": 4})
     fast = dataclasses.replace(slow, bytes_per_iter={"emb_pull": 2e4})
-    cluster = Cluster.link_model(0.1, 50, trainers=2, servers=2)
+    cluster = Topology.link_model(0.1, 50, trainers=2, servers=2)
     assert predict(fast, cluster).iter_s == pytest.approx(0.010)
     behind = predict(slow, cluster)
     assert behind.iter_s == pytest.approx(behind.lanes_s["rounds"]) and behind.iter_s > 0.010
@@ -107,7 +107,7 @@ def test_fae_pull_requests_go_one_shard_after_another_and_replies_all_at_once() 
     # 2 trainers pulled 1000 rows of 64 B in all, each row asked for by an 8 B id.
     work = _workload("fae", bytes_per_iter={"emb_pull": 1000 * (64 + 8)},
                      counters={"rows_emb_pull": 1000.0})
-    got = predict(work, Cluster.link_model(0.01, 100, trainers=2, servers=2))
+    got = predict(work, Topology.link_model(0.01, 100, trainers=2, servers=2))
     requests = 2 * 100e-6 + 500 * 8 * 8 / 0.01e9  # a trainer's 500 ids, to each shard in turn
     replies = 100e-6 + 250 * 64 * 8 / 0.01e9  # its 500 rows, half from each shard at once
     assert got.flows_s["emb_pull:critical"] == pytest.approx(requests)
@@ -117,14 +117,14 @@ def test_fae_pull_requests_go_one_shard_after_another_and_replies_all_at_once() 
 
 def test_torchrec_pays_one_latency_per_all_to_all_round() -> None:
     work = _workload("torchrec", bytes_per_iter={"alltoall": 2e4}, trainers=4)
-    got = predict(work, Cluster.link_model(0.01, 100, trainers=4, servers=1))
+    got = predict(work, Topology.link_model(0.01, 100, trainers=4, servers=1))
     # Each trainer sends 5e3 B, a third to each of 3 peers on their own links, in 3 rounds.
     assert got.iter_s == pytest.approx(0.010 + 3 * 100e-6 + 5e3 / 3 * 8 / 0.01e9)
 
 
 def test_shared_nics_charge_the_server_for_every_trainer() -> None:
     work = _workload("sync_ps", bytes_per_iter={"emb_pull": 8e6}, trainers=8, servers=1)
-    nics = Cluster(trainers=8, servers=1, trainer_gbps=10, server_gbps=25, latency_us=0,
+    nics = Topology(trainers=8, servers=1, trainer_gbps=10, server_gbps=25, latency_us=0,
                    per_destination_links=False)
     # Each trainer pulls 1e6 B; the one server sends 8e6 B through its 25 Gbps NIC.
     assert predict(work, nics).iter_s == pytest.approx(0.010 + 8e6 * 8 / 25e9)
@@ -132,27 +132,27 @@ def test_shared_nics_charge_the_server_for_every_trainer() -> None:
 
 def test_projection_uses_the_gpu_compute_estimate() -> None:
     work = _workload("local", dense_params=1_000_000, batch_size=64)
-    gpu = Cluster(trainers=8, gpu_peak_tflops=10.0, gpu_efficiency=0.5, gpu_overhead_ms=1.0,
+    gpu = Topology(trainers=8, gpu_peak_tflops=10.0, gpu_efficiency=0.5, gpu_overhead_ms=1.0,
                   batch_size=16384)
     want = 6 * 1e6 * 16384 / 8 / 5e12 + 1e-3
     assert predict(work, gpu).iter_s == pytest.approx(want)
 
 
 def test_cluster_files_load_and_bad_keys_name_the_file(tmp_path: Path) -> None:
-    paper = Cluster.load(ROOT / "suites" / "costmodel" / "paper.yaml")
+    paper = Topology.load(ROOT / "suites" / "topology" / "paper.yaml")
     assert (paper.trainers, paper.trainer_gbps, paper.server_gbps) == (8, 10.0, 25.0)
     bad = tmp_path / "bad.yaml"
     bad.write_text("trainers: 8\ntrainer_gbit: 10\n")
     with pytest.raises(ValueError, match=r"bad\.yaml.*trainer_gbit"):
-        Cluster.load(bad)
+        Topology.load(bad)
     bad.write_text("trainers: 0\n")
     with pytest.raises(ValueError, match=r"bad\.yaml.*cluster\.trainers"):
-        Cluster.load(bad)
+        Topology.load(bad)
 
 
 def test_unknown_system_is_named() -> None:
     with pytest.raises(KeyError, match="nope"):
-        predict(_workload("nope"), Cluster())
+        predict(_workload("nope"), Topology())
 
 
 # ---------------------------------------------------------------------------- against the link model
@@ -202,7 +202,7 @@ def _system(name: str) -> tuple[System, int, dict[str, float]]:
 
         return SyncPS(num_trainers=2, num_servers=2), 2, {}
     if name == "bagpipe":
-        from bagpipe.system import Bagpipe
+        from bagpipe.lrpp import Bagpipe
 
         system = Bagpipe(num_trainers=2, num_servers=2, lookahead=8)
         return system, 2, {"cleanup_interval": float(system.oracle_config.ci)}
@@ -251,7 +251,7 @@ def test_prediction_from_a_link_off_run_within_15_percent(name: str, tmp_path: P
     errors = {}
     for bandwidth in VALIDATIONS[name].bandwidths_gbps:
         measured = _run(name, bandwidth, tmp_path)[0].summary["iter_time_mean_s"]
-        cluster = Cluster.link_model(bandwidth, LATENCY_US, trainers=2, servers=servers)
+        cluster = Topology.link_model(bandwidth, LATENCY_US, trainers=2, servers=servers)
         predicted = predict(workload, cluster)
         # Wire time must dominate, or the check would only measure CPU noise.
         assert predicted.network_share > 0.5, (name, bandwidth, predicted)

@@ -12,7 +12,8 @@ import pytest
 from mlperf_logging.mllog import mllog as mllog_module
 from mlperf_logging.result_summarizer import result_summarizer
 
-from bagpipe.harness.mlperf import (
+from bagpipe.harness.run.runner import EvalPoint
+from bagpipe.harness.track.mlperf import (
     NOT_CONVERGED,
     MllogRecorder,
     Submission,
@@ -22,7 +23,6 @@ from bagpipe.harness.mlperf import (
     score_results_dir,
     time_to_train_min,
 )
-from bagpipe.harness.runner import EvalPoint
 
 SUBMISSION = Submission("dlrm_dcnv2", "open", "bagpipe-harness", "test-machine")
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from bagpipe.harness.costmodel import Cluster, predict
-from bagpipe.harness.projection import dense_params, project, speedups, workload
-from bagpipe.harness.record import RunRecord
+from bagpipe.harness.report.costmodel import Topology, predict
+from bagpipe.harness.report.projection import dense_params, project, speedups, workload
+from bagpipe.harness.track.record import RunRecord
 from bagpipe.models import ModelConfig, build_dense_model
 
 PARAMS = {
@@ -47,7 +47,7 @@ def test_a_record_becomes_its_measured_window_as_a_workload() -> None:
 
 
 def test_speedups_are_ratios_of_projected_times() -> None:
-    cluster = Cluster(name="c", trainers=4, servers=2, trainer_gbps=1.0, server_gbps=1.0,
+    cluster = Topology(name="c", trainers=4, servers=2, trainer_gbps=1.0, server_gbps=1.0,
                       per_destination_links=False)
     records = [_record("sync_ps", 1e6), _record("bagpipe", 1e4)]
     frame = project(records, [cluster])
@@ -63,4 +63,4 @@ def test_speedups_are_ratios_of_projected_times() -> None:
 def test_failed_runs_are_not_projected() -> None:
     failed = _record("sync_ps", 1.0)
     failed.status = "FAILED"
-    assert project([failed], [Cluster()]).equals(pd.DataFrame())
+    assert project([failed], [Topology()]).equals(pd.DataFrame())

@@ -7,9 +7,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bagpipe.harness.record import RunRecord
-from bagpipe.harness.report import main as report_main
-from bagpipe.harness.sweep import add_speedups, runs_frame
+from bagpipe.harness.report.fig7 import main as report_main
+from bagpipe.harness.run.sweep import add_speedups, runs_frame
+from bagpipe.harness.track.record import RunRecord
 
 
 def make_record(system: str, model: str, seed: int, iter_s: float) -> RunRecord:

@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 import torch
 
+from bagpipe.core import runtime
 from bagpipe.core.batch import Batch
+from bagpipe.core.interface import ModelState, PhaseInfo, StepResult, TrainContext
 from bagpipe.core.meter import LinkKind, Phase
-from bagpipe.core.system import ModelState, PhaseInfo, StepResult, TrainContext
-from bagpipe.harness.evaluate import evaluate, roc_auc
-from bagpipe.harness.runner import EvalPoint, RunConfig, RunResult, run_training
+from bagpipe.harness.run.evaluate import evaluate, roc_auc
+from bagpipe.harness.run.runner import EvalPoint, RunConfig, RunResult, run_training
 from bagpipe.models import ReferenceModel
-from bagpipe.systems.local import LocalSystem
+from bagpipe.training.local import LocalSystem
 from tests.conftest import TINY_MODEL, TINY_SCHEMA, TinySource
 
 ContextFactory = Callable[..., TrainContext]
@@ -57,7 +58,7 @@ class Probe(LocalSystem):
         if step == self.fail_at:
             raise RuntimeError("boom")
         if step < self.traffic_steps:
-            self._ctx.meter.add_traffic(LinkKind.EMB_PULL, 1000, rows=10)  # type: ignore[union-attr]
+            runtime.current().meter.add_traffic(LinkKind.EMB_PULL, 1000, rows=10)
         self.seen_labels.append(batch.labels.clone())
         return super().train_step(step, batch)
 

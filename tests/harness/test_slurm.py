@@ -1,4 +1,4 @@
-"""A real SLURM sweep (``cluster=slurm``) training a multi-process system, found in MLflow.
+"""A real SLURM sweep (``launcher=slurm``) training a multi-process system, found in MLflow.
 
 Needs a running cluster (``.ci/slurm-up`` starts a single-node one as root); skipped only when
 ``sbatch`` is not on PATH.
@@ -30,7 +30,7 @@ def test_slurm_sweep_trains_a_two_process_system_and_records_it(tmp_path: Path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     sweep_dir = tmp_path / "sweep"
     done = subprocess.run(
-        [sys.executable, "-m", "bagpipe.harness.train", "-m", "cluster=slurm",
+        [sys.executable, "-m", "bagpipe.harness.run", "-m", "launcher=slurm",
          f"system={MULTI_PROCESS}", "model=dlrm", "trainers=2", "seed=0,1",
          "run.steps=4", "run.eval_every=2", "run.warmup_steps=1", "run.batch_size=64",
          "run.eval_batches=1", "run.progress=false", "suite_name=slurm_test",

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from bagpipe.harness.figures import SUITES, _write_report, pyplot, save_figure
-from bagpipe.harness.record import RunRecord
-from bagpipe.harness.schema import register_configs
-from bagpipe.harness.sensitivity import SENSITIVITIES, figure, sweep_frame
-from bagpipe.harness.train import SUITES_DIR
+from bagpipe.harness.report.figures import SUITES, _write_report, pyplot, save_figure
+from bagpipe.harness.report.sensitivity import SENSITIVITIES, figure, sweep_frame
+from bagpipe.harness.run.schema import register_configs
+from bagpipe.harness.run.train import SUITES_DIR
+from bagpipe.harness.track.record import RunRecord
 
 SWEPT = {"lookahead": 7, "capacity": 5, "cleanup": 4, "skew_sensitivity": 16, "scaling": 12,
          "costmodel": 24, "ablation": 12}
@@ -28,7 +28,7 @@ def _hydra():
 
 @pytest.mark.parametrize("suite", sorted(SWEPT))
 def test_suite_composes_into_valid_jobs(suite: str) -> None:
-    from bagpipe.harness.sweep import validate_sweep
+    from bagpipe.harness.run.sweep import validate_sweep
 
     cfg = compose("config", overrides=[f"suite={suite}"], return_hydra_config=True)
     assert len(validate_sweep(cfg)) == SWEPT[suite]

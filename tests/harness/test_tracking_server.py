@@ -20,7 +20,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 TINY = ["run.steps=4", "run.eval_every=2", "run.warmup_steps=1", "run.batch_size=64",
-        "run.eval_batches=1", "run.progress=false", "cluster=inprocess"]
+        "run.eval_batches=1", "run.progress=false", "launcher=inprocess"]
 
 
 def free_port() -> int:
@@ -99,7 +99,7 @@ def metrics_of(run: dict) -> dict[str, float]:
 
 def test_sweep_runs_are_children_of_one_parent_with_speedups(server: str, tmp_path: Path):
     sweep_dir = tmp_path / "sweep"
-    done = harness("bagpipe.harness.train", "suite=smoke", "hydra.sweeper.params.system=local",
+    done = harness("bagpipe.harness.run", "suite=smoke", "hydra.sweeper.params.system=local",
                    "tracking.reference_system=local", f"tracking.uri={server}", f"hydra.sweep.dir={sweep_dir}", *TINY, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     parent_id = json.loads((sweep_dir / "mlflow_parent.json").read_text())["run_id"]
@@ -124,20 +124,20 @@ def test_sweep_runs_are_children_of_one_parent_with_speedups(server: str, tmp_pa
 def test_run_survives_the_server_being_down_and_uploads_later(server: str, tmp_path: Path):
     down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     run_dir = tmp_path / "run"
-    done = harness("bagpipe.harness.train", f"tracking.uri={down}", f"hydra.run.dir={run_dir}",
+    done = harness("bagpipe.harness.run", f"tracking.uri={down}", f"hydra.run.dir={run_dir}",
                    "seed=7", *TINY, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "python -m bagpipe.harness.upload" in done.stdout
+    assert "python -m bagpipe.harness.track.upload" in done.stdout
     assert (run_dir / "record" / "run.json").exists()
     assert not (run_dir / "record" / "mlflow_run.json").exists()
     assert list((run_dir / "results").rglob("result_7.txt"))
 
-    uploaded = harness("bagpipe.harness.upload", str(run_dir), "--tracking-uri", server,
+    uploaded = harness("bagpipe.harness.track.upload", str(run_dir), "--tracking-uri", server,
                        cwd=tmp_path)
     assert uploaded.returncode == 0, uploaded.stderr[-3000:]
     (run,) = search_runs(server, "tags.`mlflow.runName` = 'local-dlrm-s7'")
     assert run["info"]["status"] == "FINISHED"
     assert metrics_of(run)["iter_time_mean_s"] > 0
-    again = harness("bagpipe.harness.upload", str(run_dir), "--tracking-uri", server, cwd=tmp_path)
+    again = harness("bagpipe.harness.track.upload", str(run_dir), "--tracking-uri", server, cwd=tmp_path)
     assert again.returncode == 0
     assert len(search_runs(server, "tags.`mlflow.runName` = 'local-dlrm-s7'")) == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from bagpipe.harness.workspace import git_sha
+from bagpipe.harness.track.workspace import git_sha
 
 
 def _git(repo: Path, *args: str) -> str:

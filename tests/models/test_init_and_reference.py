@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bagpipe.core.batch import DatasetSchema
-from bagpipe.core.system import ModelState
+from bagpipe.core.interface import ModelState
 from bagpipe.models import (
     MODELS,
     ReferenceModel,

@@ -23,9 +23,7 @@ Planner = Callable[[Sequence[np.ndarray], OracleConfig], tuple[Plans, OracleStat
 
 
 def plan_fast(matrices: Sequence[np.ndarray], config: OracleConfig) -> tuple[Plans, OracleStats]:
-    cacher = OracleCacher(
-        None, config.num_trainers, config.lookahead, config.cleanup_interval, config.capacity
-    )
+    cacher = OracleCacher(None, config)
     return list(cacher.plan(matrices)), cacher.stats
 
 
@@ -39,14 +37,7 @@ def plan_fast_with_tables(
     schema = DatasetSchema(
         "test", 0, tuple(table_sizes), tuple(f"f{i}" for i in range(len(table_sizes)))
     )
-    cacher = OracleCacher(
-        schema,
-        config.num_trainers,
-        config.lookahead,
-        config.cleanup_interval,
-        config.capacity,
-        direct_rows_max=direct_rows_max,
-    )
+    cacher = OracleCacher(schema, config, direct_rows_max=direct_rows_max)
     return list(cacher.plan(matrices)), cacher.stats
 
 

@@ -116,7 +116,7 @@ def test_plans_batches_and_tensors(tiny_source, tiny_schema) -> None:
             b.sparse_features.values().view(3, -1).t() + tiny_schema.table_offsets for b in source
         )
     ]
-    from_batches = list(OracleCacher(tiny_schema, 2, 4, 2).plan(source))
+    from_batches = list(OracleCacher(tiny_schema, OracleConfig(2, 4, 2)).plan(source))
     from_arrays, _ = plan_reference(matrices, OracleConfig(2, 4, 2))
     assert all(_same(a, b) for a, b in zip(from_batches, from_arrays, strict=True))
 
@@ -132,7 +132,7 @@ def test_ids_outside_their_table_are_rejected() -> None:
 
 
 def test_one_stream_per_planner() -> None:
-    cacher = OracleCacher(None, 1, 4, 2)
+    cacher = OracleCacher(None, OracleConfig(1, 4, 2))
     list(cacher.plan(skewed_stream(0, 5)))
     with pytest.raises(RuntimeError):
         list(cacher.plan(skewed_stream(0, 5)))
@@ -158,7 +158,7 @@ def test_abandoned_plan_stops_its_worker() -> None:
     def workers() -> list[threading.Thread]:
         return [t for t in threading.enumerate() if t.name.startswith("oracle-prepare")]
 
-    plans = OracleCacher(None, 1, 4, 2).plan(skewed_stream(0, 12))
+    plans = OracleCacher(None, OracleConfig(1, 4, 2)).plan(skewed_stream(0, 12))
     next(plans)
     assert workers()
     plans.close()

@@ -1,0 +1,352 @@
+"""The training loop every system runs under: data order, timing, evaluation cadence, callbacks.
+
+The runner, not the system, owns what must be identical across systems for a comparison to hold:
+
+* **data order**: batch ``step`` is ``source[step % len(source)]`` of the source the system's
+  ``prepare_dataset`` returned (the identity except for FAE, which the result records through
+  ``reorders_samples``); wrapping around announces ``PhaseInfo(step, "epoch")``;
+* **seeds**: the global torch RNG is seeded with ``ctx.seed`` before ``setup``;
+* **timing**: ``init_time_s`` is ``setup``; an iteration's ``iter_time_s`` is ``train_step`` alone
+  (``time.perf_counter``), fetching the batch is timed apart as ``data_time_s`` (the paper's
+  prototype pre-loaded its batches, so loading is not iteration time);
+* **system stats**: ``system.stats()`` is kept whole in ``RunResult.stats``; its numeric values
+  also enter the summary as ``system_<key>``;
+* **evaluation**: every ``eval_every`` steps and after the last step, by the same
+  :class:`Evaluator` for every system, then ``on_phase_boundary(PhaseInfo(step, "eval", logloss))``;
+* **checkpoints** (given a :class:`~bagpipe.core.checkpoint.CheckpointStore`): every
+  ``checkpoint_every`` steps, after that step's boundaries and evaluation, the runner saves
+  ``system.full_state()``, the step and the torch RNG state (``checkpoint_wall_s`` in the summary
+  counts in ``train_wall_s``, not in any iteration). ``resume=checkpoint`` sets up the system from
+  it (``ctx.resume``; only systems with ``supports_resume``), restores the RNG state and trains
+  steps ``checkpoint.step .. num_steps - 1``: the same steps, on the same state, as the
+  uninterrupted run (``bagpipe.harness.run.recovery`` restarts a run that failed this way).
+
+Callbacks (mllog, MLflow, tests) observe the run in this order::
+
+    system.setup(ctx)                       # init_time_s
+    on_run_start(ctx)                       # e.g. INIT_STOP + RUN_START
+    on_step(step, metrics)  ...             # per step: loss, iter_time_s, bytes_*, time_*_s ...
+    on_eval(point)          ...             # EvalPoint; wall_s counts from on_run_start
+    on_run_end(result)                      # only when the run completed
+    system.close()                          # always, also after an error (which is re-raised)
+
+Iteration-time statistics skip the first ``warmup_steps`` iterations (allocator and thread-pool
+warm-up, cache fill); the per-iteration byte, phase and hit-rate figures use the same window. If the
+run is not longer than the warm-up, every step is measured.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from bagpipe.core.checkpoint import Checkpoint, CheckpointStore
+from bagpipe.core.interface import PhaseInfo, System, TrainContext
+from bagpipe.core.meter import LinkKind, Phase, StepRecord
+from bagpipe.data.source import BatchSource
+from bagpipe.harness.run.evaluate import Evaluator
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How long to train and how often to evaluate.
+
+    Args:
+        num_steps: training iterations (global batches).
+        eval_every: evaluate after every ``eval_every`` steps; ``0`` evaluates only at the end.
+        warmup_steps: iterations left out of the iteration-time statistics.
+        progress: show a progress bar (only when stderr is a terminal).
+        checkpoint_every: save a checkpoint every this many steps (``0``: never); needs a
+            checkpoint store passed to :func:`run_training`.
+    """
+
+    num_steps: int
+    eval_every: int
+    warmup_steps: int = 5
+    progress: bool = True
+    checkpoint_every: int = 0
+
+    def __post_init__(self) -> None:
+        if self.num_steps < 1:
+            raise ValueError(f"run.num_steps: must be >= 1, got {self.num_steps}")
+        if self.eval_every < 0:
+            raise ValueError(f"run.eval_every: must be >= 0, got {self.eval_every}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"run.warmup_steps: must be >= 0, got {self.warmup_steps}")
+        if self.checkpoint_every < 0:
+            raise ValueError(f"run.checkpoint_every: must be >= 0, got {self.checkpoint_every}")
+
+    def eval_due(self, steps_done: int) -> bool:
+        periodic = self.eval_every > 0 and steps_done % self.eval_every == 0
+        return periodic or steps_done == self.num_steps
+
+    def checkpoint_due(self, steps_done: int) -> bool:
+        """A checkpoint after ``steps_done`` steps (never after the last: the run is over)."""
+        every = self.checkpoint_every
+        return every > 0 and steps_done % every == 0 and steps_done < self.num_steps
+
+
+@dataclass(frozen=True)
+class EvalPoint:
+    """One evaluation: after ``step`` training steps, at ``wall_s`` seconds since the run started
+    (training and evaluation both count, as in MLPerf), taking ``eval_s`` itself."""
+
+    step: int
+    auc: float
+    logloss: float
+    epoch_fraction: float
+    wall_s: float
+    eval_s: float = 0.0
+
+
+@dataclass
+class RunResult:
+    """Everything a run measured: per-step metrics, evaluations and the summary."""
+
+    steps: list[dict[str, float]] = field(default_factory=list)
+    evals: list[EvalPoint] = field(default_factory=list)
+    summary: dict[str, float] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+    reorders_samples: bool = False
+
+
+class RunCallback(Protocol):
+    """Observer of a run. Every method is optional: the runner calls only those an object has."""
+
+    def on_run_start(self, ctx: TrainContext) -> None: ...
+
+    def on_step(self, step: int, metrics: dict[str, float]) -> None: ...
+
+    def on_eval(self, point: EvalPoint) -> None: ...
+
+    def on_run_end(self, result: RunResult) -> None: ...
+
+
+def _notify(callbacks: Sequence[object], method: str, *args: Any) -> None:
+    for callback in callbacks:
+        hook = getattr(callback, method, None)
+        if hook is not None:
+            hook(*args)
+
+
+def run_training(
+    system: System,
+    ctx: TrainContext,
+    eval_source: BatchSource,
+    cfg: RunConfig,
+    callbacks: Sequence[object] = (),
+    *,
+    checkpoints: CheckpointStore | None = None,
+    resume: Checkpoint | None = None,
+    stop_requested: Callable[[], bool] | None = None,
+) -> RunResult:
+    """Set ``system`` up, train it for ``cfg.num_steps`` steps, evaluate, and always close it.
+
+    With ``resume``, training starts after ``resume.step`` steps from that checkpoint's state;
+    ``result.steps`` then holds only the steps this call trained.
+
+    ``stop_requested`` is asked after every step (a job told it is about to be preempted): when it
+    says yes, the runner saves a checkpoint at that step boundary (if it has a store and did not
+    just save one) and raises :class:`Preempted`, so a requeued job resumes exactly there.
+
+    Errors from the system propagate after ``close``; ``on_run_end`` is then not called.
+    """
+    result = RunResult(reorders_samples=type(system).reorders_samples)
+    try:
+        first_step = 0
+        if resume is not None:
+            if not type(system).supports_resume:
+                raise ValueError(
+                    f"system {type(system).name!r} cannot resume from a checkpoint "
+                    f"({resume.path}): it does not declare supports_resume"
+                )
+            ctx = replace(ctx, resume=resume.resume_point())
+            first_step = resume.step
+        ctx = replace(ctx, num_steps=cfg.num_steps)
+        torch.manual_seed(ctx.seed)
+        init_start = time.perf_counter()
+        system.setup(ctx)
+        init_time_s = time.perf_counter() - init_start
+        if resume is not None:
+            torch.set_rng_state(resume.rng_state)
+        source = system.prepare_dataset(ctx.source)
+        if len(source) == 0:
+            raise ValueError("training source has no batches")
+        evaluator = Evaluator(ctx.model, ctx.schema, eval_source)
+        epoch_samples = len(source) * source.batch_size
+        _notify(callbacks, "on_run_start", ctx)
+        run_start = time.perf_counter()
+        eval_wall_s = 0.0
+        checkpoint_wall_s = 0.0
+        records: list[StepRecord] = []
+        with _progress_bar(cfg) as advance:
+            advance(float("nan"), first_step)
+            for step in range(first_step, cfg.num_steps):
+                data_start = time.perf_counter()
+                batch = source[step % len(source)]
+                step_start = time.perf_counter()
+                out = system.train_step(step, batch)
+                iter_time_s = time.perf_counter() - step_start
+                metrics = {
+                    "step": float(step),
+                    "loss": float(out.loss),
+                    "iter_time_s": iter_time_s,
+                    "data_time_s": step_start - data_start,
+                    **out.record.flat(),
+                }
+                result.steps.append(metrics)
+                records.append(out.record)
+                _notify(callbacks, "on_step", step, metrics)
+                done = step + 1
+                advance(out.loss)
+                if done % len(source) == 0 and done < cfg.num_steps:
+                    system.on_phase_boundary(PhaseInfo(done, "epoch"))
+                if cfg.eval_due(done):
+                    eval_start = time.perf_counter()
+                    scores = evaluator.score(system.full_state())
+                    eval_s = time.perf_counter() - eval_start
+                    eval_wall_s += eval_s
+                    point = EvalPoint(
+                        step=done,
+                        auc=scores.auc,
+                        logloss=scores.logloss,
+                        epoch_fraction=done * source.batch_size / epoch_samples,
+                        wall_s=time.perf_counter() - run_start,
+                        eval_s=eval_s,
+                    )
+                    result.evals.append(point)
+                    _notify(callbacks, "on_eval", point)
+                    system.on_phase_boundary(PhaseInfo(done, "eval", scores.logloss))
+                saved = False
+                if checkpoints is not None and cfg.checkpoint_due(done):
+                    checkpoint_wall_s += _save_checkpoint(checkpoints, done, system)
+                    saved = True
+                if stop_requested is not None and done < cfg.num_steps and stop_requested():
+                    if checkpoints is not None and not saved:
+                        _save_checkpoint(checkpoints, done, system)
+                    raise Preempted(done, checkpointed=checkpoints is not None)
+        total_wall_s = time.perf_counter() - run_start
+        result.stats = dict(system.stats())
+        result.summary = summarize(result.steps, records, result.evals, cfg, source.batch_size)
+        result.summary.update(
+            init_time_s=init_time_s,
+            train_wall_s=total_wall_s - eval_wall_s,
+            eval_wall_s=eval_wall_s,
+            checkpoint_wall_s=checkpoint_wall_s,
+            first_step=float(first_step),
+            reorders_samples=float(result.reorders_samples),
+        )
+        result.summary.update(
+            (f"system_{key}", float(value))
+            for key, value in result.stats.items()
+            if isinstance(value, int | float) and not isinstance(value, bool)
+        )
+        _notify(callbacks, "on_run_end", result)
+        return result
+    finally:
+        system.close()
+
+
+class Preempted(Exception):
+    """Training stopped at a step boundary because the job was told to stop (SLURM preemption or
+    time limit); ``checkpointed``: a checkpoint of exactly ``steps_done`` steps was saved."""
+
+    def __init__(self, steps_done: int, checkpointed: bool) -> None:
+        saved = "checkpoint saved" if checkpointed else "no checkpoint store"
+        super().__init__(f"preempted after {steps_done} steps ({saved})")
+        self.steps_done = steps_done
+        self.checkpointed = checkpointed
+
+
+def _save_checkpoint(store: CheckpointStore, steps_done: int, system: System) -> float:
+    """Save the system's state, the step and the RNG state; the seconds it took."""
+    start = time.perf_counter()
+    store.save(steps_done, system.full_state(), torch.get_rng_state())
+    return time.perf_counter() - start
+
+
+def summarize(
+    steps: Sequence[dict[str, float]],
+    records: Sequence[StepRecord],
+    evals: Sequence[EvalPoint],
+    cfg: RunConfig,
+    batch_size: int,
+) -> dict[str, float]:
+    """The run's summary over the measured window (steps after the warm-up).
+
+    Keys: ``steps``, ``measured_steps``, ``iter_time_{mean,p50,p90}_s``, ``samples_per_s``,
+    ``bytes_per_iter_<kind>`` and ``rows_per_iter_<kind>`` for every :class:`LinkKind`,
+    ``time_<phase>_s`` (mean per iteration) and ``share_<phase>`` (of the mean iteration time)
+    for every :class:`Phase`, ``hit_rate`` (``nan`` for a system without a cache), ``auc``,
+    ``logloss``, ``epoch_fraction`` (of the last evaluation) and ``train_loss_last`` (mean loss of
+    the last ten steps).
+    """
+    first = cfg.warmup_steps if cfg.warmup_steps < len(steps) else 0
+    window = steps[first:]
+    times = sorted(m["iter_time_s"] for m in window)
+    total = StepRecord()
+    for record in records[first:]:
+        total = total + record
+    count = len(window)
+    mean_s = statistics.fmean(times)
+    summary: dict[str, float] = {
+        "steps": float(len(steps)),
+        "measured_steps": float(count),
+        "iter_time_mean_s": mean_s,
+        "iter_time_p50_s": _quantile(times, 0.5),
+        "iter_time_p90_s": _quantile(times, 0.9),
+        "samples_per_s": batch_size / mean_s if mean_s > 0 else float("inf"),
+        "train_loss_last": statistics.fmean(m["loss"] for m in steps[-10:]),
+    }
+    for kind in LinkKind:
+        summary[f"bytes_per_iter_{kind}"] = total.bytes_sent.get(kind, 0) / count
+        summary[f"rows_per_iter_{kind}"] = total.rows_sent.get(kind, 0) / count
+    for phase in Phase:
+        phase_s = total.phase_s.get(phase, 0.0) / count
+        summary[f"time_{phase}_s"] = phase_s
+        summary[f"share_{phase}"] = phase_s / mean_s if mean_s > 0 else 0.0
+    hit_rate = total.hit_rate
+    summary["hit_rate"] = float("nan") if hit_rate is None else hit_rate
+    last = evals[-1] if evals else None
+    summary["auc"] = last.auc if last else float("nan")
+    summary["logloss"] = last.logloss if last else float("nan")
+    summary["epoch_fraction"] = last.epoch_fraction if last else float("nan")
+    return summary
+
+
+def _quantile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolation quantile of already sorted values (numpy's default method)."""
+    position = q * (len(sorted_values) - 1)
+    low = int(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+
+
+@contextmanager
+def _progress_bar(cfg: RunConfig) -> Iterator[Any]:
+    """Yield ``advance(loss)``; a rich bar on a terminal, a no-op otherwise."""
+    console = Console(stderr=True)
+    progress = Progress(
+        TextColumn("[bold]train"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]:.4f}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not (cfg.progress and console.is_terminal),
+    )
+    with progress:
+        task = progress.add_task("train", total=cfg.num_steps, loss=float("nan"))
+
+        def advance(loss: float, steps: int = 1) -> None:
+            progress.update(task, advance=steps, loss=loss)
+
+        yield advance

@@ -1,0 +1,320 @@
+"""``python -m bagpipe.harness.run``: one training run (or, with ``-m``/a suite, a sweep of them).
+
+Example::
+
+    python -m bagpipe.harness.run system=local model=dlrm dataset=synthetic_kaggle run.steps=100
+    python -m bagpipe.harness.run suite=smoke                 # a sweep (suite files set MULTIRUN)
+    python -m bagpipe.harness.run -m system=local,sync_ps seed=0,1,2 launcher=slurm
+
+A run builds the dataset, the model config and the :class:`TrainContext`, instantiates the system
+from ``cfg.system`` (``hydra.utils.instantiate``), runs :func:`run_training`, prints AUC, logloss
+and the iteration time with its phase breakdown, and records everything: a local
+:class:`RunRecord` and an MLPerf ``mllog`` file first, then the MLflow run (a child of the sweep's
+parent run). A multi-process system spawns its roles inside the job through its own ``Deployment``;
+on a multi-node SLURM allocation the Deployment takes ranks from the environment instead (its env
+mode), and the launcher's ``tasks_per_node``/``nodes`` give it those ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from bagpipe.harness.run.preemption import DeferredSignal
+from bagpipe.harness.run.schema import register_configs
+from bagpipe.harness.track.mlflow_runs import default_tracking_uri, upload_record
+from bagpipe.harness.track.mlperf import MllogRecorder, Submission, result_path
+from bagpipe.harness.track.record import ARTIFACTS_DIR, RunRecord
+from bagpipe.harness.track.workspace import git_sha, slurm_job_id
+
+if TYPE_CHECKING:  # torch is imported inside the job, not when Hydra composes a sweep
+    from bagpipe.core.checkpoint import CheckpointStore
+
+SUITES_DIR = Path(os.environ.get("BAGPIPE_SUITES", Path(__file__).resolve().parents[3] / "suites"))
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where one run writes: its own directory, the shared results tree, the sweep (if any)."""
+
+    run_dir: Path
+    results_dir: Path
+    launch_dir: Path
+    sweep_dir: Path | None = None
+
+    @classmethod
+    def from_hydra(cls, cfg: DictConfig) -> RunPaths:
+        hydra_cfg = HydraConfig.get()
+        run_dir = Path(hydra_cfg.runtime.output_dir)
+        sweep_dir = Path(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None
+        default_results = (sweep_dir or run_dir) / "results"
+        results = Path(cfg.mllog.results_dir) if cfg.mllog.results_dir else default_results
+        return cls(run_dir, results, Path(hydra_cfg.runtime.cwd), sweep_dir)
+
+
+class _StepLog:
+    """Runner callback that keeps per-step metrics (with a wall-clock stamp) for the record."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, float]] = []
+
+    def on_step(self, step: int, metrics: dict[str, float]) -> None:
+        self.steps.append({**metrics, "step": float(step), "time_ms": time.time() * 1000.0})
+
+
+def _flat_params(cfg: DictConfig) -> dict[str, str]:
+    """Every resolved config value as a dotted ``key -> str`` (MLflow params are strings)."""
+    out: dict[str, str] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        else:
+            out[prefix.rstrip(".")] = str(node)
+
+    walk(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "")
+    return out
+
+
+def _tags(cfg: DictConfig, paths: RunPaths) -> dict[str, str]:
+    return {
+        "system": _system_name(cfg),
+        "model": _plain(cfg.model)["name"],
+        "dataset": _dataset_name(cfg),
+        "suite": str(cfg.suite_name),
+        "sweep_id": paths.sweep_dir.name if paths.sweep_dir else "none",
+        "git_sha": git_sha(paths.launch_dir),
+        "launcher": str(cfg.launcher_name),
+        "scale": str(cfg.scale_name),
+        "slurm_job_id": slurm_job_id(),
+    }
+
+
+def _system_name(cfg: DictConfig) -> str:
+    return str(HydraConfig.get().runtime.choices.get("system", "custom"))
+
+
+def _dataset_name(cfg: DictConfig) -> str:
+    return str(HydraConfig.get().runtime.choices.get("dataset", "custom"))
+
+
+def execute(
+    cfg: DictConfig,
+    paths: RunPaths,
+    tags: dict[str, str],
+    stop_requested: Callable[[], bool] | None = None,
+) -> RunRecord:
+    """Run one configured training run and record it; return its record (also on failure).
+
+    With ``run.checkpoint_every`` the run goes through :func:`run_with_recovery`: checkpoints in
+    ``run.checkpoint_dir``, restarts after role failures, and a resume when that directory
+    already holds this run's checkpoints (a requeued SLURM job). ``stop_requested`` (a pending
+    preemption) ends the run at a step boundary with a checkpoint: :class:`Preempted` propagates
+    after the record is saved as ``KILLED``, so that the job can be requeued.
+    """
+    import torch
+    from hydra.utils import get_class, instantiate
+
+    from bagpipe.core.interface import OptimConfig, System, TrainContext
+    from bagpipe.core.link import LinkConfig
+    from bagpipe.data import DatasetConfig, make_dataset
+    from bagpipe.harness.run.runner import Preempted, RunConfig, run_training
+    from bagpipe.models import ModelConfig
+
+    record_dir = paths.run_dir / "record"
+    artifacts = record_dir / ARTIFACTS_DIR
+    artifacts.mkdir(parents=True, exist_ok=True)
+    record = RunRecord(
+        run_name=f"{tags['system']}-{tags['model']}-s{cfg.seed}",
+        experiment=str(cfg.tracking.experiment),
+        params=_flat_params(cfg),
+        tags=tags,
+        start_ms=int(time.time() * 1000),
+        sweep_dir=str(paths.sweep_dir) if paths.sweep_dir else None,
+        tracking_uri=resolve_tracking_uri(cfg, paths.launch_dir),
+    )
+    (artifacts / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    record.save(record_dir)
+    run = cfg.run
+    mllog_path = result_path(
+        paths.results_dir, tags["system"], tags["model"], str(cfg.mllog.benchmark), int(cfg.seed)
+    )
+    mllog = MllogRecorder(
+        mllog_path,
+        Submission(str(cfg.mllog.benchmark), str(cfg.mllog.division), str(cfg.mllog.org),
+                   str(cfg.mllog.platform)),
+        target_auc=float(run.target_auc),
+    )
+    mllog.init_start(
+        int(cfg.seed), int(run.batch_size),
+        {"system": tags["system"], "model": tags["model"], "dataset": tags["dataset"],
+         "target_auc": float(run.target_auc)},
+    )
+    steps = _StepLog()
+    try:
+        torch.set_num_threads(int(run.torch_threads))
+        dataset = make_dataset(DatasetConfig(**_plain(cfg.dataset)))
+        model_cfg = ModelConfig(**_tupled(_plain(cfg.model)))
+        train_source = dataset.train(int(run.batch_size), int(run.steps))
+        eval_source = dataset.eval(int(run.batch_size), int(run.eval_batches))
+        system_class = get_class(str(cfg.system._target_))
+        resumable = issubclass(system_class, System) and system_class.supports_resume
+        store = _checkpoint_store(cfg, paths, tags, resumable)
+        ctx = TrainContext(
+            schema=dataset.schema,
+            model=model_cfg,
+            optim=OptimConfig(**_plain(cfg.optim)),
+            global_batch_size=int(run.batch_size),
+            seed=int(cfg.seed),
+            source=train_source,
+            link=LinkConfig(**_plain(cfg.link)),
+            workdir=paths.run_dir,
+        )
+        mllog.set_samples(
+            len(train_source) * int(run.batch_size), len(eval_source) * int(run.batch_size)
+        )
+        run_cfg = RunConfig(num_steps=int(run.steps), eval_every=int(run.eval_every),
+                            warmup_steps=int(run.warmup_steps), progress=bool(run.progress),
+                            checkpoint_every=int(run.checkpoint_every))
+        if store is None:
+            result = run_training(instantiate(cfg.system, _convert_="all"), ctx, eval_source,
+                                  run_cfg, callbacks=[mllog, steps], stop_requested=stop_requested)
+        else:
+            from bagpipe.harness.run.recovery import run_with_recovery
+
+            result, _ = run_with_recovery(
+                lambda: instantiate(cfg.system, _convert_="all"),
+                ctx, eval_source, run_cfg, store, [mllog, steps],
+                max_restarts=int(run.max_restarts), stop_requested=stop_requested,
+            )
+        record.summary = {**result.summary, "time_to_target_s": _or_nan(mllog.time_to_target_s),
+                          "reached_target": float(mllog.status == "success")}
+        record.evals = [dict(vars(point)) for point in result.evals]
+        record.status = "FINISHED"
+    except Preempted as stop:
+        record.status = "KILLED"
+        record.error = f"{stop}; the requeued job resumes from {run.checkpoint_dir or 'its run dir'}"
+        print(f"[harness] run {record.run_name} {stop}")
+        raise
+    except Exception as err:
+        mllog.fail()
+        record.status = "FAILED"
+        record.error = "".join(traceback.format_exception(err))
+        print(f"[harness] run {record.run_name} FAILED: {err!r}")
+    finally:
+        record.steps = steps.steps
+        record.end_ms = int(time.time() * 1000)
+        shutil.copy(mllog_path, artifacts / "mllog.txt")
+        hydra_dir = paths.run_dir / ".hydra"
+        if hydra_dir.is_dir():
+            shutil.copytree(hydra_dir, artifacts / "hydra", dirs_exist_ok=True)
+        record.save(record_dir)
+    return record
+
+
+def _checkpoint_store(
+    cfg: DictConfig, paths: RunPaths, tags: dict[str, str], supports_resume: bool
+) -> CheckpointStore | None:
+    """The run's checkpoint store (None: ``run.checkpoint_every`` is 0).
+
+    Its fingerprint is every resolved config value except how long and how verbosely to run, so
+    a directory holding another run's checkpoints is refused instead of resumed from.
+    """
+    from bagpipe.core.checkpoint import CheckpointStore
+
+    every = int(cfg.run.checkpoint_every)
+    if every < 0:
+        raise ValueError(f"run.checkpoint_every: must be >= 0, got {every}")
+    if every == 0:
+        return None
+    if not supports_resume:
+        raise ValueError(
+            f"run.checkpoint_every={every}: system {tags['system']!r} cannot resume from a "
+            f"checkpoint; use 0 for it"
+        )
+    root = Path(cfg.run.checkpoint_dir) if cfg.run.checkpoint_dir else paths.run_dir / "checkpoints"
+    ignored = ("run.steps", "run.progress", "run.checkpoint_every", "run.max_restarts",
+               "run.eval_every", "tracking.", "mllog.")
+    fingerprint = {key: value for key, value in _flat_params(cfg).items()
+                   if not key.startswith(ignored)}
+    return CheckpointStore(root, fingerprint=fingerprint)
+
+
+def _plain(node: DictConfig) -> dict[str, Any]:
+    container = OmegaConf.to_container(node, resolve=True, enum_to_str=True)
+    assert isinstance(container, dict)
+    return {str(k): v for k, v in container.items() if not str(k).startswith("_")}
+
+
+def _tupled(values: dict[str, Any]) -> dict[str, Any]:
+    """Lists back to tuples: the frozen config dataclasses hold tuples."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+
+
+def _or_nan(value: float | None) -> float:
+    return float("nan") if value is None else value
+
+
+def print_summary(record: RunRecord) -> None:
+    """AUC, logloss, mean iteration time and where it goes, on stdout."""
+    s = record.summary
+    if record.status != "FINISHED":
+        print(f"[harness] {record.run_name}: {record.status}\n{record.error or ''}")
+        return
+    phases = {k[len("time_"):-len("_s")]: v for k, v in s.items()
+              if k.startswith("time_") and k.endswith("_s") and k != "time_to_target_s"}
+    breakdown = ", ".join(f"{name} {1000 * v:.2f} ms" for name, v in phases.items() if v > 0)
+    print(
+        f"[harness] {record.run_name}: auc {s['auc']:.4f}  logloss {s['logloss']:.4f}  "
+        f"iter {1000 * s['iter_time_mean_s']:.2f} ms (p50 {1000 * s['iter_time_p50_s']:.2f}, "
+        f"p90 {1000 * s['iter_time_p90_s']:.2f})\n[harness]   phases: {breakdown or 'none'}"
+    )
+
+
+def resolve_tracking_uri(cfg: DictConfig, launch_dir: Path) -> str | None:
+    """The store this run goes to; None when tracking is off, the embedded store when unset."""
+    if not cfg.tracking.enabled:
+        return None
+    return str(cfg.tracking.uri) if cfg.tracking.uri else default_tracking_uri(launch_dir)
+
+
+def record_to_tracking(cfg: DictConfig, paths: RunPaths, record_dir: Path) -> None:
+    """Upload the run; if the store is down, say so and how to upload later (nothing is lost)."""
+    uri = resolve_tracking_uri(cfg, paths.launch_dir)
+    if uri is None:
+        return
+    try:
+        run_id = upload_record(record_dir, uri)
+        print(f"[harness] MLflow run {run_id} in {uri}")
+    except Exception as err:  # the record on disk is the source of truth
+        print(f"[harness] tracking store {uri} unavailable ({err.__class__.__name__}: {err}); "
+              f"results kept in {record_dir}. Upload later with: "
+              f"python -m bagpipe.harness.track.upload {paths.sweep_dir or record_dir}")
+
+
+@hydra.main(version_base="1.3", config_path=str(SUITES_DIR), config_name="config")
+def main(cfg: DictConfig) -> float | None:
+    """The Hydra task: one run. Returns its mean iteration time (None if it failed)."""
+    paths = RunPaths.from_hydra(cfg)
+    with DeferredSignal() as preemption:  # SLURM's warning before preemption / the time limit
+        record = execute(cfg, paths, _tags(cfg, paths), preemption.requested)
+    print_summary(record)
+    record_to_tracking(cfg, paths, paths.run_dir / "record")
+    if record.status != "FINISHED" and (paths.sweep_dir is None or cfg.fail_fast):
+        raise RuntimeError(f"run {record.run_name} failed; see {paths.run_dir / 'record'}")
+    return record.summary.get("iter_time_mean_s")
+
+
+register_configs()

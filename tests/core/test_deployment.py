@@ -1,0 +1,127 @@
+"""Deployment: role processes start, serve role objects, fail loudly and leave nothing behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from bagpipe.core.link import LinkConfig
+from bagpipe.core.roles import Deployment, RoleFailedError
+
+from .roles import Accumulator, serve_from_env
+
+NO_LINK = LinkConfig(enabled=False)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purpose; read its state.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_roles_serve_objects_call_each_other_and_exit_cleanly() -> None:
+    with Deployment(["alpha", "beta"], link=NO_LINK, threads_per_role=1) as deployment:
+        pids = deployment.pids()
+        a = deployment.remote("alpha", Accumulator, 1.0)
+        b = deployment.remote("beta", Accumulator, 10.0)
+        where = deployment.wait([a.rpc_async().where(), b.rpc_async().where()], timeout_s=30)
+        assert [(role, threads) for role, _, threads in where] == [("alpha", 1), ("beta", 1)]
+        assert {pid for _, pid, _ in where} == set(pids.values())
+        # alpha calls beta through the RRef it was given.
+        total = deployment.wait(a.rpc_async().add_on_peer(b, 5.0), timeout_s=30)
+        assert torch.equal(total, torch.tensor([15.0]))
+        with pytest.raises(Exception, match="accumulator refused"):
+            deployment.wait(a.rpc_async().fail(), timeout_s=30)
+        # An error inside a call is not a role failure: the deployment keeps serving.
+        assert deployment.wait(a.rpc_async().add(1.0), timeout_s=30).item() == 2.0
+    assert not any(_alive(pid) for pid in pids.values())
+
+
+def test_killed_role_fails_the_wait_promptly_and_close_leaves_no_process() -> None:
+    deployment = Deployment(["trainer_0", "server_1"], link=NO_LINK)
+    try:
+        pids = deployment.pids()
+        trainer = deployment.remote("trainer_0", Accumulator, 0.0)
+        deployment.remote("server_1", Accumulator, 0.0)
+        long_call = trainer.rpc_async().sleep(60.0)
+        os.kill(pids["server_1"], signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(RoleFailedError, match=r"server_1 died \(exit code -9, SIGKILL\)"):
+            deployment.wait(long_call, timeout_s=60)
+        assert time.monotonic() - start < 10
+    finally:
+        deployment.close()
+    assert not any(_alive(pid) for pid in pids.values())
+
+
+def test_background_thread_failure_is_reported_with_its_traceback() -> None:
+    with Deployment(["worker"], link=NO_LINK) as deployment:
+        pid = deployment.pid("worker")
+        worker = deployment.remote("worker", Accumulator, 0.0)
+        with pytest.raises(RoleFailedError, match=r"worker failed(.|\n)*ZeroDivisionError"):
+            deployment.wait(worker.rpc_async().fail_in_background(), timeout_s=30)
+            deployment.wait(worker.rpc_async().sleep(30.0), timeout_s=60)
+    assert not _alive(pid)
+
+
+def test_a_death_just_after_a_peers_report_is_named_as_the_cause() -> None:
+    # A SIGKILLed role's sockets close a few ms before it is reaped, so its peers' reports of
+    # broken calls can come first; a report is held back briefly for the death that caused it.
+    deployment = Deployment(["trainer_0", "server_1"], link=NO_LINK)
+    try:
+        trainer = deployment.remote("trainer_0", Accumulator, 0.0)
+        deployment.remote("server_1", Accumulator, 0.0)
+        deployment.wait(trainer.rpc_async().fail_in_background(), timeout_s=30)
+        time.sleep(0.2)  # the report is written and seen by the monitor's polls
+        os.kill(deployment.pid("server_1"), signal.SIGKILL)
+        with pytest.raises(RoleFailedError, match=r"server_1 died \(exit code -9, SIGKILL\)"):
+            deployment.wait(trainer.rpc_async().sleep(60.0), timeout_s=60)
+    finally:
+        deployment.close()
+
+
+def test_roles_must_be_unique() -> None:
+    with pytest.raises(ValueError, match="unique"):
+        Deployment(["a", "a"])
+
+
+def test_ranks_started_by_a_launcher_serve_roles_until_the_driver_closes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2"}
+    rank_1 = mp.get_context("spawn").Process(
+        target=serve_from_env, args=({**env, "RANK": "1"}, ["worker"]), daemon=True
+    )
+    rank_1.start()
+    try:
+        for key, value in {**env, "RANK": "0"}.items():
+            monkeypatch.setenv(key, value)
+        with Deployment.from_env(["worker"], link=NO_LINK) as deployment:
+            worker = deployment.remote("worker", Accumulator, 2.0)
+            role, pid, _ = deployment.wait(worker.rpc_async().where(), timeout_s=60)
+            assert (role, pid) == ("worker", rank_1.pid)
+        rank_1.join(20)
+        assert rank_1.exitcode == 0
+    finally:
+        if rank_1.is_alive():
+            rank_1.kill()
+            rank_1.join()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

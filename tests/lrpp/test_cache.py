@@ -1,0 +1,129 @@
+"""Unit tests of the LRPP trainer cache: install, evict, gather, update, stale rows, write-back split."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bagpipe.lrpp.cache import CacheError, TrainerCache
+from bagpipe.oracle.plan import RoundPlan
+
+
+def _rows(ids: torch.Tensor, dim: int = 3) -> torch.Tensor:
+    return ids.to(torch.float32).unsqueeze(1).repeat(1, dim)
+
+
+def test_install_then_gather_returns_the_installed_rows_in_request_order() -> None:
+    cache = TrainerCache(capacity=8, dim=3)
+    ids = torch.tensor([5, 40, 7])
+    cache.install(ids, _rows(ids))
+    got = cache.gather(torch.tensor([7, 5, 40, 7]))
+    assert torch.equal(got, _rows(torch.tensor([7, 5, 40, 7])))
+    assert len(cache) == 3
+    assert cache.contains(torch.tensor([5, 6, 40])).tolist() == [True, False, True]
+
+
+def test_gather_of_a_missing_row_is_an_error() -> None:
+    cache = TrainerCache(capacity=4, dim=3)
+    cache.install(torch.tensor([1]), _rows(torch.tensor([1])))
+    with pytest.raises(CacheError, match="not resident"):
+        cache.gather(torch.tensor([1, 2]))
+
+
+def test_install_of_a_resident_row_is_an_error() -> None:
+    cache = TrainerCache(capacity=4, dim=3)
+    cache.install(torch.tensor([1, 2]), _rows(torch.tensor([1, 2])))
+    with pytest.raises(CacheError, match="already resident"):
+        cache.install(torch.tensor([2, 3]), _rows(torch.tensor([2, 3])))
+
+
+def test_evict_frees_slots_for_reuse_and_returns_writeback_rows() -> None:
+    cache = TrainerCache(capacity=3, dim=3)
+    cache.install(torch.tensor([1, 2, 3]), _rows(torch.tensor([1, 2, 3])))
+    rows = cache.evict(torch.tensor([1, 3, 99]), writeback=torch.tensor([3]))
+    assert torch.equal(rows, _rows(torch.tensor([3])))
+    assert len(cache) == 1
+    cache.install(torch.tensor([10, 11]), _rows(torch.tensor([10, 11])))
+    assert torch.equal(cache.gather(torch.tensor([2, 10, 11])), _rows(torch.tensor([2, 10, 11])))
+
+
+def test_bounded_capacity_overflow_is_an_error_and_unbounded_grows() -> None:
+    bounded = TrainerCache(capacity=2, dim=3)
+    with pytest.raises(CacheError, match="capacity 2"):
+        bounded.install(torch.tensor([1, 2, 3]), _rows(torch.tensor([1, 2, 3])))
+    unbounded = TrainerCache(capacity=None, dim=3)
+    ids = torch.arange(3000)
+    unbounded.install(ids, _rows(ids))
+    assert torch.equal(unbounded.gather(ids[::7]), _rows(ids[::7]))
+
+
+def test_apply_sgd_updates_only_the_given_rows() -> None:
+    cache = TrainerCache(capacity=4, dim=2)
+    ids = torch.tensor([4, 8])
+    cache.install(ids, torch.ones(2, 2))
+    cache.apply_sgd(torch.tensor([8]), torch.tensor([[2.0, 4.0]]), lr=0.5)
+    assert torch.equal(cache.gather(ids), torch.tensor([[1.0, 1.0], [0.0, -1.0]]))
+
+
+def test_stale_rows_cannot_be_read_or_written_back_but_can_be_evicted() -> None:
+    cache = TrainerCache(capacity=4, dim=2)
+    ids = torch.tensor([1, 2])
+    cache.install(ids, torch.zeros(2, 2))
+    assert cache.mark_stale(torch.tensor([2, 77])) == 1
+    with pytest.raises(CacheError, match="stale"):
+        cache.gather(torch.tensor([2]))
+    with pytest.raises(CacheError, match="stale"):
+        cache.evict(torch.tensor([2]), writeback=torch.tensor([2]))
+    resident_ids, _ = cache.resident()
+    assert resident_ids.tolist() == [1]
+    cache.evict(torch.tensor([2]))
+    cache.install(torch.tensor([2]), torch.ones(1, 2))
+    assert torch.equal(cache.gather(torch.tensor([2])), torch.ones(1, 2))
+
+
+def test_first_read_after_fetch_is_a_miss_later_reads_hit() -> None:
+    cache = TrainerCache(capacity=4, dim=2)
+    cache.install(torch.tensor([1, 2]), torch.zeros(2, 2))
+    _, hits, misses = cache.read_for_step(torch.tensor([1]))
+    assert (hits, misses) == (0, 1)
+    _, hits, misses = cache.read_for_step(torch.tensor([1, 2]))
+    assert (hits, misses) == (1, 1)
+
+
+def test_writeback_split_writes_every_evicted_row_exactly_once_with_its_final_value() -> None:
+    """Item 10 of the reference: a row that became trainer 1's singleton is stale on trainer 0.
+
+    Both trainers held rows 1..4; row 3's last use was a singleton of trainer 1 (trainer 0 has a
+    stale copy); row 9 was fetched by trainer 1 only. The union of the write-backs must be each
+    evicted row once, with the owner's final value.
+    """
+    caches = [TrainerCache(capacity=8, dim=2) for _ in range(2)]
+    shared = torch.tensor([1, 2, 3, 4])
+    for cache in caches:
+        cache.install(shared, torch.zeros(4, 2))
+    caches[1].install(torch.tensor([9]), torch.zeros(1, 2))
+    for cache in caches:  # a step's summed gradient, applied on both replicas
+        cache.apply_sgd(shared, torch.ones(4, 2), lr=1.0)
+    caches[1].apply_sgd(torch.tensor([3, 9]), torch.ones(2, 2), lr=1.0)  # trainer 1's singletons
+    caches[0].mark_stale(torch.tensor([3, 9]))
+    plan = RoundPlan(
+        round_index=1,
+        first_step=4,
+        last_step=7,
+        evict=torch.tensor([1, 2, 3, 4, 9]),
+        writeback_owner=torch.tensor([0, 0, 1, 1, 1]),
+        prefetch=torch.empty(0, dtype=torch.int64),
+        prefetch_owner=torch.empty(0, dtype=torch.int64),
+    )
+    written: dict[int, torch.Tensor] = {}
+    for k, cache in enumerate(caches):
+        mine = plan.writeback_for(k)
+        rows = cache.evict(plan.evict, writeback=mine)
+        for row_id, row in zip(mine.tolist(), rows, strict=True):
+            assert row_id not in written
+            written[row_id] = row
+        assert len(cache) == 0
+    assert sorted(written) == [1, 2, 3, 4, 9]
+    assert torch.equal(written[3], torch.full((2,), -2.0))
+    assert torch.equal(written[9], torch.full((2,), -1.0))
+    assert torch.equal(written[1], torch.full((2,), -1.0))
