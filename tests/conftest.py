@@ -14,9 +14,8 @@ import pytest
 import torch
 
 from bagpipe.core.batch import Batch, DatasetSchema, batch_from_arrays
-from bagpipe.core.interface import ModelState, OptimConfig, TrainContext
+from bagpipe.core.interface import ModelConfig, ModelState, OptimConfig, TrainContext
 from bagpipe.core.link import LinkConfig
-from bagpipe.models.base import ModelConfig
 
 # Tiny tensors on a shared 2-core machine: intra-op threads only contend (a 60-step training test
 # takes 7 s with the default thread count and 0.1 s with one thread).

@@ -32,8 +32,8 @@ from bagpipe.core.checkpoint import CheckpointStore
 from bagpipe.core.interface import OptimConfig, System, TrainContext
 from bagpipe.core.link import LinkConfig
 from bagpipe.core.registry import load_system
+from bagpipe.core.source import BatchSource
 from bagpipe.data import DatasetConfig, make_dataset
-from bagpipe.data.source import BatchSource
 from bagpipe.harness.run.faults import KillRoles
 from bagpipe.harness.run.recovery import DEFAULT_CHECKPOINT_EVERY, run_with_recovery
 from bagpipe.harness.run.runner import RunConfig, RunResult, run_training

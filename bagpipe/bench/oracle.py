@@ -51,9 +51,9 @@ import torch
 
 from bagpipe.core.batch import DatasetSchema
 from bagpipe.core.interface import OptimConfig, TrainContext
+from bagpipe.data.sources import ArraySource
 from bagpipe.data.examples import Examples
 from bagpipe.data.presets import CRITEO_KAGGLE, TableSpec
-from bagpipe.data.sources import ArraySource
 from bagpipe.harness.track.workspace import git_sha, machine
 from bagpipe.models import ModelConfig, build_dense_model
 from bagpipe.oracle import CapacityError, OracleCacher, OracleConfig

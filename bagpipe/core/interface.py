@@ -29,8 +29,7 @@ from bagpipe.core.link import LinkConfig
 from bagpipe.core.meter import StepRecord
 
 if TYPE_CHECKING:
-    from bagpipe.data.source import BatchSource
-    from bagpipe.models.base import ModelConfig
+    from bagpipe.core.source import BatchSource
 
 
 @dataclass(frozen=True)
@@ -43,6 +42,30 @@ class OptimConfig:
 
     embedding_lr: float = 0.1
     dense_lr: float = 0.1
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which model, and its architecture. ``name`` is one of ``dlrm``, ``wdl``, ``deepfm``, ``dcn``.
+
+    Sizes of the MLPs are lists of layer widths *after* the input layer (the input width follows from
+    the dataset and ``embedding_dim``). Defaults are small, CPU-sized; the paper's architectures are
+    given by :func:`paper_config`.
+    """
+
+    name: str = "dlrm"
+    embedding_dim: int = 16
+    # On the dense features: DLRM/DeepFM/DCN's bottom MLP (must end in embedding_dim), W&D's deep
+    # tower (any width).
+    bottom_mlp: tuple[int, ...] = (64, 16)
+    # To the logit (must end in 1): DLRM's top MLP, W&D's head over [embeddings || deep tower],
+    # DeepFM's deep MLP over the fields, DCN's over-arch.
+    top_mlp: tuple[int, ...] = (64, 32, 1)
+    # DCN's low-rank cross net:
+    cross_layers: int = 2
+    cross_rank: int = 8
+    dropout: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ pooled embeddings ``[B, F, table_dim(cfg)]`` their own way. :class:`ReferenceMod
 ground truth.
 """
 
-from bagpipe.models.base import ModelConfig, RecModel
+from bagpipe.core.interface import ModelConfig
+from bagpipe.models.base import RecModel
 from bagpipe.models.configs import PAPER_EMBEDDING_DIM, paper_config
 from bagpipe.models.dcn import DCN
 from bagpipe.models.deepfm import DeepFM

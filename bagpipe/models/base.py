@@ -1,4 +1,5 @@
-"""What every model shares: its config, the dense-part interface, and the seeded initial state.
+"""What every model shares: the dense-part interface and the seeded initial state (its config,
+:class:`~bagpipe.core.interface.ModelConfig`, lives in the core, beside the other run settings).
 
 A model is split in two (as torchrec splits ``SparseArch`` from the rest of ``DLRM``):
 
@@ -14,36 +15,12 @@ starts from the same tables and the same dense weights.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from bagpipe.core.batch import DatasetSchema
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Which model, and its architecture. ``name`` is one of ``dlrm``, ``wdl``, ``deepfm``, ``dcn``.
-
-    Sizes of the MLPs are lists of layer widths *after* the input layer (the input width follows from
-    the dataset and ``embedding_dim``). Defaults are small, CPU-sized; the paper's architectures are
-    given by :func:`paper_config`.
-    """
-
-    name: str = "dlrm"
-    embedding_dim: int = 16
-    # On the dense features: DLRM/DeepFM/DCN's bottom MLP (must end in embedding_dim), W&D's deep
-    # tower (any width).
-    bottom_mlp: tuple[int, ...] = (64, 16)
-    # To the logit (must end in 1): DLRM's top MLP, W&D's head over [embeddings || deep tower],
-    # DeepFM's deep MLP over the fields, DCN's over-arch.
-    top_mlp: tuple[int, ...] = (64, 32, 1)
-    # DCN's low-rank cross net:
-    cross_layers: int = 2
-    cross_rank: int = 8
-    dropout: float = 0.0
-    extra: dict[str, float] = field(default_factory=dict)
+from bagpipe.core.interface import ModelConfig
 
 
 class RecModel(nn.Module, ABC):

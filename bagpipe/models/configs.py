@@ -13,7 +13,7 @@ Embedding dim 48 everywhere. Where the Bagpipe artifact does not fix a width, th
 
 from __future__ import annotations
 
-from bagpipe.models.base import ModelConfig
+from bagpipe.core.interface import ModelConfig
 
 PAPER_EMBEDDING_DIM = 48
 

@@ -6,7 +6,8 @@ import torch
 from torchrec.modules.crossnet import LowRankCrossNet
 
 from bagpipe.core.batch import DatasetSchema
-from bagpipe.models.base import ModelConfig, RecModel
+from bagpipe.core.interface import ModelConfig
+from bagpipe.models.base import RecModel
 from bagpipe.models.layers import mlp, require
 
 

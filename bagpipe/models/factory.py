@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from bagpipe.core.batch import DatasetSchema
-from bagpipe.models.base import ModelConfig, RecModel
+from bagpipe.core.interface import ModelConfig
+from bagpipe.models.base import RecModel
 from bagpipe.models.dcn import DCN
 from bagpipe.models.deepfm import DeepFM
 from bagpipe.models.dlrm import DLRM

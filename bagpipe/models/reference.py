@@ -12,8 +12,7 @@ from torchrec.modules.embedding_configs import PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
 from bagpipe.core.batch import Batch, DatasetSchema
-from bagpipe.core.interface import ModelState
-from bagpipe.models.base import ModelConfig
+from bagpipe.core.interface import ModelConfig, ModelState
 from bagpipe.models.factory import build_dense_model, initial_tables, table_dim
 
 

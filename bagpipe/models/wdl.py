@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from bagpipe.core.batch import DatasetSchema
-from bagpipe.models.base import ModelConfig, RecModel
+from bagpipe.core.interface import ModelConfig
+from bagpipe.models.base import RecModel
 from bagpipe.models.layers import mlp, require
 
 

@@ -15,7 +15,7 @@ import torch
 
 from bagpipe.core.batch import Batch, DatasetSchema
 from bagpipe.core.interface import ModelState
-from bagpipe.data.source import BatchSource
+from bagpipe.core.source import BatchSource
 from bagpipe.models import ModelConfig, RecModel, build_dense_model, initial_table
 
 __all__ = ["TrainingStream", "start_dense_model", "start_table", "start_tables"]

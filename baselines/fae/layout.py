@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from bagpipe.core.batch import Batch, DatasetSchema, batch_from_arrays, ids_matrix
-from bagpipe.data.source import BatchSource
+from bagpipe.core.source import BatchSource
 from baselines.fae.hotset import THRESHOLD_MODES, HotSet, choose_hot_rows, sample_access_counts
 from baselines.fae.scheduler import COLD, HOT, SCHEDULERS, ShuffleScheduler
 

@@ -19,7 +19,7 @@ import torch
 
 from bagpipe.core.batch import Batch, global_ids
 from bagpipe.core.interface import ModelState, PhaseInfo, StepResult
-from bagpipe.data.source import BatchSource
+from bagpipe.core.source import BatchSource
 from bagpipe.models import table_dim
 from bagpipe.paramserver import EmbeddingServer, ParameterServerSystem, gather_rows, split_tables
 from baselines.fae.layout import FaeLayout, FaeSettings, FaeSource, cached_layout, load_examples

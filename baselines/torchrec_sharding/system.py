@@ -24,7 +24,7 @@ from bagpipe.core.batch import Batch, split_batch
 from bagpipe.core.interface import ModelState, StepResult, System, TrainContext
 from bagpipe.core.roles import Deployment
 from bagpipe.core.runtime import merge_trainer_records
-from bagpipe.data.source import BatchSource
+from bagpipe.core.source import BatchSource
 from bagpipe.models import table_dim
 from baselines.torchrec_sharding.plan import ShardingKnobs
 from baselines.torchrec_sharding.trainer import TorchRecTrainer

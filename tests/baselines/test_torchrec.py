@@ -13,11 +13,17 @@ import pytest
 import torch
 
 from bagpipe.core.batch import DatasetSchema
-from bagpipe.core.interface import ModelState, OptimConfig, ResumePoint, System, TrainContext
+from bagpipe.core.interface import (
+    ModelConfig,
+    ModelState,
+    OptimConfig,
+    ResumePoint,
+    System,
+    TrainContext,
+)
 from bagpipe.core.link import LinkConfig
 from bagpipe.core.meter import LinkKind, StepRecord
 from bagpipe.models import build_dense_model
-from bagpipe.models.base import ModelConfig
 from bagpipe.training.local import LocalSystem
 from baselines.torchrec_sharding import TorchRecSharding
 from tests.conftest import TinySource, assert_states_close, assert_states_equal

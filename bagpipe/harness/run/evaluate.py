@@ -12,7 +12,7 @@ import torch
 
 from bagpipe.core.batch import DatasetSchema
 from bagpipe.core.interface import ModelState
-from bagpipe.data.source import BatchSource
+from bagpipe.core.source import BatchSource
 from bagpipe.models import ModelConfig, ReferenceModel
 from bagpipe.training.step import bce_loss_sum
 

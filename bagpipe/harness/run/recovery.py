@@ -31,7 +31,7 @@ from typing import Any
 from bagpipe.core.checkpoint import CheckpointStore
 from bagpipe.core.interface import System, TrainContext
 from bagpipe.core.roles import RoleFailedError
-from bagpipe.data.source import BatchSource
+from bagpipe.core.source import BatchSource
 from bagpipe.harness.run.runner import EvalPoint, RunConfig, RunResult, run_training
 
 __all__ = ["DEFAULT_CHECKPOINT_EVERY", "Restart", "run_with_recovery"]

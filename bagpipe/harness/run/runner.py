@@ -51,7 +51,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from bagpipe.core.checkpoint import Checkpoint, CheckpointStore
 from bagpipe.core.interface import PhaseInfo, System, TrainContext
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
-from bagpipe.data.source import BatchSource
+from bagpipe.core.source import BatchSource
 from bagpipe.harness.run.evaluate import Evaluator
 
 
