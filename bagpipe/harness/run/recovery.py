@@ -173,21 +173,29 @@ def run_with_recovery(
                 progress.current_step, str(failure).splitlines()[0], resumed_step,
             )
             failures.append((failure, progress.current_step, resumed_step, detected_at_s))
-    restarts = [
+    restarts = _restarts(failures, progress.trained_at_s)
+    result.steps = [progress.steps[step] for step in sorted(progress.steps)]
+    result.evals = [progress.evals[step] for step in sorted(progress.evals)]
+    result.summary["restarts"] = float(len(restarts))
+    result.summary["recovery_s"] = sum(r.recovery_s for r in restarts)
+    return result, restarts
+
+
+def _restarts(
+    failures: Sequence[tuple[RoleFailedError, int, int, float]], trained_at_s: Sequence[float]
+) -> list[Restart]:
+    """One :class:`Restart` per failure (error, failed step, resumed step, detection time), with
+    the time the attempt after it first completed a step."""
+    return [
         Restart(
             role=failure.role,
             reason=str(failure).splitlines()[0],
             failed_step=failed_step,
             resumed_step=resumed_step,
             detected_at_s=detected_at_s,
-            trained_at_s=trained_at_s,
+            trained_at_s=trained,
         )
-        for (failure, failed_step, resumed_step, detected_at_s), trained_at_s in zip(
-            failures, progress.trained_at_s, strict=True
+        for (failure, failed_step, resumed_step, detected_at_s), trained in zip(
+            failures, trained_at_s, strict=True
         )
     ]
-    result.steps = [progress.steps[step] for step in sorted(progress.steps)]
-    result.evals = [progress.evals[step] for step in sorted(progress.evals)]
-    result.summary["restarts"] = float(len(restarts))
-    result.summary["recovery_s"] = sum(r.recovery_s for r in restarts)
-    return result, restarts
