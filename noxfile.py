@@ -1,4 +1,5 @@
-"""Sessions: ``tests`` (default), ``lint``, ``bench``, ``reproduce_fig7``, ``mlflow_ui``.
+"""Sessions: ``tests`` (default), ``lint``, ``bench``, ``reproduce``, ``reproduce_fig7``, ``smoke``,
+``mlflow_ui``.
 
 All sessions share one environment, ``.nox/harness``, built once by :func:`ensure_env` and rebuilt
 only when the install recipe or ``pyproject.toml`` changes. The torch stack is several GB; building it
@@ -111,22 +112,10 @@ def bench(session: nox.Session) -> None:
     run_in_env(session, env_bin("python"), "-m", "bagpipe.bench", *session.posargs)
 
 
-
-@nox.session(venv_backend="none", default=False, tags=["repro"])
-def reproduce_fig7(session: nox.Session) -> None:
-    """Run suite=fig7 locally, then write results/fig7/ and reports/fig7.{png,md}.
-
-    Arguments after ``--`` go to Hydra (e.g. ``-- scale=paper``, ``-- launcher=slurm``). The sweep
-    itself is defined in ``suites/suite/fig7.yaml`` so that the Hydra CLI alone reproduces it.
-    """
-    ensure_env(session)
-    run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.run", "suite=fig7",
-               *session.posargs)
-    run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.report", "--suite", "fig7")
-
-
-#: Suites of ``bagpipe.harness.report.figures``: the Hydra sweeps each one needs first (none: pure data).
-FIGURE_SUITES = {
+#: Every suite with a report (``python -m bagpipe.harness.report <suite>``): the Hydra sweeps it
+#: needs first (none: pure data).
+REPORT_SUITES = {
+    "fig7": ("fig7",),
     "skew": (),
     "breakdown": ("breakdown",),
     "convergence": ("convergence", "convergence_het"),
@@ -140,28 +129,38 @@ FIGURE_SUITES = {
 }
 
 
+def reproduce_suite(session: nox.Session, suite: str, overrides: list[str]) -> None:
+    """Run the suite's sweeps locally (``overrides`` go to Hydra), then write its report."""
+    ensure_env(session)
+    for sweep in REPORT_SUITES[suite]:
+        run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.run", f"suite={sweep}",
+                   *overrides)
+    run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.report", suite)
+
+
+@nox.session(venv_backend="none", default=False, tags=["repro"])
+def reproduce_fig7(session: nox.Session) -> None:
+    """Run suite=fig7 locally, then write results/fig7/ and reports/fig7.{png,md}.
+
+    Arguments after ``--`` go to Hydra (e.g. ``-- scale=paper``, ``-- launcher=slurm``). The sweep
+    itself is defined in ``suites/suite/fig7.yaml`` so that the Hydra CLI alone reproduces it.
+    """
+    reproduce_suite(session, "fig7", list(session.posargs))
+
+
 @nox.session(venv_backend="none", default=False, tags=["repro"])
 def reproduce(session: nox.Session) -> None:
-    """``nox -s reproduce -- <suite> [hydra overrides]``: run a suite's sweeps, then its figure.
+    """``nox -s reproduce -- <suite> [hydra overrides]``: run a suite's sweeps, then its report.
 
-    Suites: fig7 (as ``reproduce_fig7``) and those of ``bagpipe.harness.report.figures``; each writes
+    Suites: those of ``python -m bagpipe.harness.report`` (fig7 as ``reproduce_fig7``); each writes
     ``results/<suite>/`` and ``reports/<suite>.{png,md}``.
     """
     if not session.posargs:
-        session.error(f"name a suite: fig7, {', '.join(FIGURE_SUITES)}")
+        session.error(f"name a suite: {', '.join(REPORT_SUITES)}")
     suite, *overrides = session.posargs
-    if suite != "fig7" and suite not in FIGURE_SUITES:
-        session.error(f"unknown suite {suite!r}; known: fig7, {', '.join(FIGURE_SUITES)}")
-    ensure_env(session)
-    if suite == "fig7":
-        run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.run", "suite=fig7",
-                   *overrides)
-        run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.report", "--suite", "fig7")
-        return
-    for sweep in FIGURE_SUITES[suite]:
-        run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.run", f"suite={sweep}",
-                   *overrides)
-    run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.report.figures", suite)
+    if suite not in REPORT_SUITES:
+        session.error(f"unknown suite {suite!r}; known: {', '.join(REPORT_SUITES)}")
+    reproduce_suite(session, suite, overrides)
 
 
 @nox.session(venv_backend="none", default=False)

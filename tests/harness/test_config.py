@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,8 @@ from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from bagpipe.core.interface import OptimConfig
+from bagpipe.core.link import LinkConfig
 from bagpipe.core.registry import registered_systems
 from bagpipe.harness.run.schema import register_configs
 from bagpipe.harness.run.train import SUITES_DIR
@@ -44,6 +47,9 @@ def test_default_config_builds_the_local_system():
         ("dataset.kind=parquet", "synthetic, criteo_tsv"),
         ("model=dlrn", "Available options"),           # unknown group option
         ("system.cache_rows=5", "cache_rows"),         # a knob the local system does not take
+        ("link.bandwidth=5", "link.bandwidth"),        # the schemas derived from LinkConfig...
+        ("link.latency_us=low", "link.latency_us"),
+        ("optim.dense_lr=fast", "optim.dense_lr"),     # ... and OptimConfig
     ],
 )
 def test_bad_values_fail_at_composition_naming_the_key(override: str, expected: str):
@@ -52,6 +58,14 @@ def test_bad_values_fail_at_composition_naming_the_key(override: str, expected: 
         OmegaConf.to_container(cfg, resolve=True)
     message = str(info.value) + str(info.value.__cause__)
     assert expected in message
+
+
+def test_link_and_optim_schemas_follow_their_dataclasses():
+    """Every field of LinkConfig and OptimConfig is a config key, with the dataclass's default."""
+    cfg = compose("config", overrides=["link.latency_us=7"])
+    for group, cls in (("link", LinkConfig), ("optim", OptimConfig)):
+        assert set(cfg[group]) == {f.name for f in dataclasses.fields(cls)}
+    assert LinkConfig(**OmegaConf.to_container(cfg.link)) == LinkConfig(latency_us=7.0)
 
 
 @pytest.mark.parametrize("model", ["dlrm", "wdl", "deepfm", "dcn"])

@@ -1,4 +1,5 @@
-"""Each cluster config renders the launcher we expect: sbatch text compared with a golden file.
+"""Each ``launcher`` option configures the Hydra launcher we expect; the SLURM one renders an sbatch
+script compared with a golden file.
 
 The parameters go through the same mapping the hydra-submitit-launcher plugin applies before it
 calls ``submitit`` (``hydra_plugins/hydra_submitit_launcher/submitit_launcher.py``, ``launch``),
@@ -55,7 +56,7 @@ def check_golden(name: str, text: str) -> None:
     assert text == path.read_text(), f"{name} changed; regenerate with BAGPIPE_UPDATE_GOLDEN=1"
 
 
-def test_slurm_cluster_renders_the_golden_sbatch_script(tmp_path: Path):
+def test_slurm_launcher_renders_the_golden_sbatch_script(tmp_path: Path):
     hydra_cfg = launcher_config(["launcher=slurm"])
     assert hydra_cfg.launcher._target_.endswith("SlurmLauncher")
     assert hydra_cfg.sweeper.max_batch_size is None
@@ -79,9 +80,9 @@ def test_slurm_knobs_reach_the_sbatch_script(tmp_path: Path):
         assert line in text
 
 
-@pytest.mark.parametrize(("cluster", "launcher", "batch"),
+@pytest.mark.parametrize(("launcher", "launcher_class", "batch"),
                          [("local", "LocalLauncher", 1), ("inprocess", "BasicLauncher", None)])
-def test_local_clusters_bound_concurrency(cluster: str, launcher: str, batch: int | None):
-    hydra_cfg = launcher_config([f"launcher={cluster}"])
-    assert hydra_cfg.launcher._target_.endswith(launcher)
+def test_local_launchers_bound_concurrency(launcher: str, launcher_class: str, batch: int | None):
+    hydra_cfg = launcher_config([f"launcher={launcher}"])
+    assert hydra_cfg.launcher._target_.endswith(launcher_class)
     assert hydra_cfg.sweeper.max_batch_size == batch

@@ -6,13 +6,16 @@ import math
 import random
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from mlperf_logging.mllog import mllog as mllog_module
 from mlperf_logging.result_summarizer import result_summarizer
 
-from bagpipe.harness.run.runner import EvalPoint
+from bagpipe.core.interface import ModelState, TrainContext
+from bagpipe.harness.run.runner import EvalPoint, RunConfig, run_training
 from bagpipe.harness.track.mlperf import (
     NOT_CONVERGED,
     MllogRecorder,
@@ -23,6 +26,8 @@ from bagpipe.harness.track.mlperf import (
     score_results_dir,
     time_to_train_min,
 )
+from bagpipe.training.local import LocalSystem
+from tests.conftest import TINY_SCHEMA, TinySource
 
 SUBMISSION = Submission("dlrm_dcnv2", "open", "bagpipe-harness", "test-machine")
 
@@ -34,6 +39,7 @@ def write_run(path: Path, aucs: list[float], target: float = 0.75) -> MllogRecor
     recorder.set_samples(6400, 640)
     recorder.on_run_start()
     for i, auc in enumerate(aucs, start=1):
+        recorder.on_eval_start(10 * i, i / len(aucs))
         recorder.on_eval(EvalPoint(step=10 * i, auc=auc, logloss=0.5, epoch_fraction=i / len(aucs),
                                    wall_s=float(i)))
     recorder.on_run_end()
@@ -62,6 +68,43 @@ def test_log_passes_the_compliance_checker_and_stops_the_clock_at_the_target(tmp
     assert recorder.status == "success"
     assert recorder.time_to_target_s == 2.0
     assert math.isfinite(time_to_train_min(path))
+
+
+class SlowToSnapshot(LocalSystem):
+    """LocalSystem whose state takes ``EVAL_WORK_S`` to hand over: the evaluation's own work."""
+
+    def full_state(self) -> ModelState:
+        time.sleep(EVAL_WORK_S)
+        return super().full_state()
+
+
+EVAL_WORK_S = 0.3
+
+
+def test_eval_start_and_eval_stop_bracket_the_evaluation_of_a_run(
+    tmp_path: Path, tiny_context: Callable[..., TrainContext]
+):
+    path = tmp_path / "result_0.txt"
+    recorder = MllogRecorder(path, SUBMISSION, target_auc=1.1)  # never reached: every eval logged
+    recorder.init_start(seed=0, global_batch_size=8, hyperparameters={"system": "local"})
+    recorder.set_samples(32, 32)
+    eval_source = TinySource(TINY_SCHEMA, batch_size=16, num_batches=2, seed=1)
+    result = run_training(SlowToSnapshot(), tiny_context(), eval_source,
+                          RunConfig(num_steps=4, eval_every=2, progress=False), [recorder])
+
+    events = read_mllog(path)
+    keys = [e["key"] for e in events]
+    evals = [k for k in keys if k.startswith("eval_") and k != "eval_samples"]
+    assert evals == ["eval_start", "eval_accuracy", "eval_stop"] * 2
+    starts = [e for e in events if e["key"] == "eval_start"]
+    stops = [e for e in events if e["key"] == "eval_stop"]
+    for start, stop, point in zip(starts, stops, result.evals, strict=True):
+        assert start["metadata"]["epoch_num"] == stop["metadata"]["epoch_num"] == point.epoch_fraction
+        # the evaluation (its slow snapshot included) runs between the two, not before both
+        assert stop["time_ms"] - start["time_ms"] >= 1000 * EVAL_WORK_S - 1
+        assert point.eval_s >= EVAL_WORK_S
+    checked = check_compliance(path)
+    assert "SUCCESS" in checked.stdout + checked.stderr, checked.stdout + checked.stderr
 
 
 def test_run_that_misses_the_target_is_aborted_and_not_converged(tmp_path: Path):
@@ -113,6 +156,7 @@ def test_olympic_score_matches_the_mlperf_result_summarizer(tmp_path: Path, monk
         # the target is reached exactly `duration` minutes after run_start
         monkeypatch.setattr(mllog_module, "_current_time_ms",
                             lambda s=start_ms, d=duration: s + d * 60_000)
+        recorder.on_eval_start(1, 1.0)
         recorder.on_eval(EvalPoint(step=1, auc=0.8, logloss=0.4, epoch_fraction=1.0, wall_s=1.0))
         recorder.close()
     theirs, _, _ = result_summarizer._compute_strong_score_standalone(

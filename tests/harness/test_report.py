@@ -7,9 +7,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bagpipe.harness.report.fig7 import main as report_main
-from bagpipe.harness.run.sweep import add_speedups, runs_frame
+from bagpipe.harness.report.cli import main as report_main
 from bagpipe.harness.track.record import RunRecord
+from bagpipe.harness.track.sweeps import add_speedups, runs_frame
 
 
 def make_record(system: str, model: str, seed: int, iter_s: float) -> RunRecord:
@@ -41,7 +41,7 @@ def test_report_writes_csv_figure_and_markdown(tmp_path: Path):
     add_speedups(records, "sync_ps")
     csv = tmp_path / "in.csv"
     runs_frame(records).to_csv(csv, index=False)
-    code = report_main(["--suite", "fig7", "--csv", str(csv), "--results-dir",
+    code = report_main(["fig7", "--csv", str(csv), "--results-dir",
                         str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports")])
     assert code == 0
     out = pd.read_csv(tmp_path / "results" / "fig7" / "runs.csv")
@@ -51,3 +51,13 @@ def test_report_writes_csv_figure_and_markdown(tmp_path: Path):
     assert "up to 5.6x" in text
     assert "Bagpipe is up to 5.00x faster per iteration (over sync_ps on dlrm)" in text
     assert "| dlrm | bagpipe | 3 |" in text and "abc123" in text
+
+
+def test_an_unknown_suite_is_refused_naming_the_valid_ones(capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit) as exit_info:
+        report_main(["fig8"])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "'fig8'" in error
+    for suite in ("fig7", "skew", "breakdown", "convergence", "costmodel", "ablation"):
+        assert f"'{suite}'" in error

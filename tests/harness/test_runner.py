@@ -34,6 +34,9 @@ class Recorder:
     def on_step(self, step: int, metrics: dict[str, float]) -> None:
         self.events.append(("step", step))
 
+    def on_eval_start(self, step: int, epoch_fraction: float) -> None:
+        self.events.append(("eval_start", step))
+
     def on_eval(self, point: EvalPoint) -> None:
         self.events.append(("eval", point.step))
 
@@ -89,7 +92,10 @@ def test_summary_evals_and_callbacks(tiny_context: ContextFactory) -> None:
     assert system.closed == 1
     assert recorder.events[0] == ("start", ctx.seed)
     assert recorder.events[-1] == ("end", 7)
-    assert [e for e in recorder.events if e[0] == "eval"] == [("eval", 3), ("eval", 6), ("eval", 7)]
+    assert [e for e in recorder.events if e[0].startswith("eval")] == [
+        ("eval_start", 3), ("eval", 3), ("eval_start", 6), ("eval", 6), ("eval_start", 7), ("eval", 7)
+    ]
+    assert recorder.events.index(("eval_start", 3)) == recorder.events.index(("step", 2)) + 1
 
     s = result.summary
     for key in (

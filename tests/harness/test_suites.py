@@ -3,14 +3,15 @@ drawn from records: a line per system over the knob's values, a table with every
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 
-from bagpipe.harness.report.figures import SUITES, _write_report, pyplot, save_figure
-from bagpipe.harness.report.sensitivity import SENSITIVITIES, figure, sweep_frame
+from bagpipe.harness.report.cli import parser as report_parser
+from bagpipe.harness.report.plotting import Outputs
+from bagpipe.harness.report.sensitivity import SENSITIVITIES, sweep_frame
+from bagpipe.harness.report.sensitivity import report as sensitivity_report
 from bagpipe.harness.run.schema import register_configs
 from bagpipe.harness.run.train import SUITES_DIR
 from bagpipe.harness.track.record import RunRecord
@@ -32,7 +33,7 @@ def test_suite_composes_into_valid_jobs(suite: str) -> None:
 
     cfg = compose("config", overrides=[f"suite={suite}"], return_hydra_config=True)
     assert len(validate_sweep(cfg)) == SWEPT[suite]
-    assert suite in SUITES  # and it has a figure
+    assert report_parser().parse_args([suite]).suite == suite  # and it has a report
 
 
 def _record(system: str, params: dict[str, str], iter_s: float) -> RunRecord:
@@ -56,9 +57,8 @@ def test_skew_figure_draws_the_hot_share_per_system(tmp_path: Path) -> None:
     frame = sweep_frame(SENSITIVITIES["skew_sensitivity"], [*records, failed])
     assert sorted(frame["dataset.hot_set"].unique()) == [0.5, 0.9]
     assert "het" not in set(frame["system"])
-    args = argparse.Namespace(sweep_dir=tmp_path / "sweep", multirun_root=tmp_path,
-                              results_dir=tmp_path / "results", reports_dir=tmp_path / "reports")
-    figure(args, "skew_sensitivity", _write_report, save_figure, pyplot)
+    sensitivity_report("skew_sensitivity", tmp_path / "sweep",
+                       Outputs(results_dir=tmp_path / "results", reports_dir=tmp_path / "reports"))
     report = (tmp_path / "reports" / "skew_sensitivity.md").read_text()
     assert (tmp_path / "reports" / "skew_sensitivity.png").stat().st_size > 0
     assert "| 0.9 | bagpipe | 10 | 0.5 | 2 |" in report  # ms, hit rate, kB

@@ -7,25 +7,26 @@ priced on the clusters in ``suites/topology/`` (the paper's 8 x V100 at 10 Gbps 
 CPU server; g5) under its system's overlap rules, and the projected speedups of Bagpipe are put
 next to the ones measured on this machine (the ``fig7`` results) and the paper's "up to 5.6x".
 
-``python -m bagpipe.harness.report.figures costmodel [--cluster FILE ...]`` writes
+``python -m bagpipe.harness.report costmodel [--topology FILE ...]`` writes
 ``results/costmodel/projection.csv`` and ``reports/costmodel.{png,md}``.
 """
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from bagpipe.harness.report.costmodel import Flow, Pattern, Topology, Workload, flow_time_s, predict
-from bagpipe.harness.report.fig7 import SYSTEM_ORDER, latest_sweep
-from bagpipe.harness.track.record import RunRecord, find_records, param_value
+from bagpipe.harness.report.fig7 import PAPER_CLAIM
+from bagpipe.harness.report.loading import load_records
+from bagpipe.harness.report.plotting import Outputs, pyplot, save_csv, save_figure, write_report
+from bagpipe.harness.track.record import RunRecord, param_value
+from bagpipe.harness.track.sweeps import RUNS_CSV, SYSTEM_ORDER
 
-PAPER_CLAIM = "up to 5.6x faster training than state-of-the-art baselines (SOSP'23 abstract)"
-DEFAULT_CLUSTERS = ("suites/topology/paper.yaml", "suites/topology/g5.yaml")
+SUITE = "costmodel"
+DEFAULT_TOPOLOGIES = (Path("suites/topology/paper.yaml"), Path("suites/topology/g5.yaml"))
 
 
 def dense_params(params: dict[str, str]) -> int:
@@ -139,29 +140,45 @@ def _differences(shown: pd.DataFrame) -> list[str]:
     return out
 
 
-def report(args: argparse.Namespace, write: Any, save_figure: Any, pyplot: Any) -> None:
-    """The ``costmodel`` figure: projected iteration time per system and model, and the report."""
-    sweep = args.sweep_dir or latest_sweep(args.multirun_root, "costmodel")
-    records = [RunRecord.load(d) for d in find_records(sweep)]
-    clusters = [Topology.load(path) for path in (args.cluster or DEFAULT_CLUSTERS)]
-    frame = project(records, clusters)
+def report(sweep: Path, out: Outputs, topologies: Sequence[Path] = DEFAULT_TOPOLOGIES) -> None:
+    """The ``costmodel`` figure: projected iteration time per system and model on each topology,
+    and the page putting the projected speedups beside the measured ones and the paper's."""
+    clusters = [Topology.load(path) for path in topologies]
+    frame = project(load_records([sweep]), clusters)
     if frame.empty:
         raise SystemExit(f"{sweep}: no finished runs to project")
-    out_dir = args.results_dir / "costmodel"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out_dir / "projection.csv", index=False)
+    save_csv(frame, out.table(SUITE, "projection.csv"))
     projected = speedups(frame, "projected_iter_ms", ["cluster", "model"])
     projected = projected.reindex(  # the clusters in the order given, then models as run
         [(c.name, m) for c in clusters for m in dict.fromkeys(frame["model"])
          if (c.name, m) in projected.index])
-    projected.reset_index().to_csv(out_dir / "projected_speedups.csv", index=False)
-    measured = measured_speedups(args.results_dir / "fig7" / "runs.csv")
+    save_csv(projected.reset_index(), out.table(SUITE, "projected_speedups.csv"))
+    shown = frame[frame["cluster"] == clusters[0].name]
+    figure = _draw(shown, clusters[0].name, out.figure(SUITE))
+    measured = measured_speedups(out.table("fig7", RUNS_CSV))
+    write_report(out, SUITE, "Projected speedups at the paper's scale", figure,
+                 _table(shown, clusters[0].name, projected, measured), PAPER_CLAIM, [
+                     f"Inputs: sweep {sweep} (`suite=costmodel`: 8 trainers, batch 16384, the "
+                     "paper's models at dimension 48, link model off), so the byte counts per "
+                     "link are exact for the paper's batch and trainer count; the tables are 1% "
+                     "of Kaggle's rows (CPU memory), which makes rows repeat more within a batch "
+                     "than at full size.",
+                     "Compute on the projected cluster is the GPU estimate of the topology file "
+                     "(`6 x dense params x batch / trainers / (peak x efficiency) + overhead`), "
+                     "not a measurement; network time follows each system's overlap rules "
+                     "(`bagpipe/harness/report/costmodel.py`, validated against this machine's "
+                     "link model by `tests/harness/test_costmodel.py`).",
+                     "Measured speedups are this machine's fig7 (2 trainers, batch 1024, CPU "
+                     "compute, the link model at 10 Gbps): compute dominates there, so they are "
+                     "smaller.",
+                     "Topologies: " + ", ".join(str(path) for path in topologies) + ".",
+                 ])
 
-    plt = pyplot()
-    first = clusters[0].name
-    shown = frame[frame["cluster"] == first]
+
+def _draw(shown: pd.DataFrame, cluster: str, path: Path) -> Path:
+    """One panel per model: each system's projected compute and the network it waits for."""
     models = list(dict.fromkeys(shown["model"]))
-    fig, axes = plt.subplots(1, len(models), figsize=(3.2 * len(models), 3.8), sharey=True)
+    fig, axes = pyplot().subplots(1, len(models), figsize=(3.2 * len(models), 3.8), sharey=True)
     for ax, model in zip([axes] if len(models) == 1 else axes, models, strict=True):
         rows = shown[shown["model"] == model].set_index("system")
         rows = rows.reindex([s for s in SYSTEM_ORDER if s in rows.index])
@@ -170,14 +187,19 @@ def report(args: argparse.Namespace, write: Any, save_figure: Any, pyplot: Any) 
                bottom=rows["projected_compute_ms"], label="network the iteration waits for")
         ax.set_title(model)
         ax.tick_params(axis="x", rotation=60)
-    (axes if len(models) == 1 else axes[0]).set_ylabel(f"projected ms / iteration on {first}")
+    (axes if len(models) == 1 else axes[0]).set_ylabel(f"projected ms / iteration on {cluster}")
     (axes if len(models) == 1 else axes[0]).legend(fontsize=7)
-    figure = save_figure(fig, args.reports_dir / "costmodel.png")
+    return save_figure(fig, path)
 
-    lines = [f"### Projected iteration time (ms) on {first}", "",
+
+def _table(shown: pd.DataFrame, cluster: str, projected: pd.DataFrame,
+           measured: pd.DataFrame | None) -> list[str]:
+    """Projected times on ``cluster``, Bagpipe's speedups (projected and measured) and what
+    bounds them."""
+    lines = [f"### Projected iteration time (ms) on {cluster}", "",
              "| model | " + " | ".join(s for s in SYSTEM_ORDER if s in set(shown["system"]))
              + " |", "|---|" + "---|" * shown["system"].nunique()]
-    for model in models:
+    for model in dict.fromkeys(shown["model"]):
         rows = shown[shown["model"] == model].set_index("system")["projected_iter_ms"]
         lines.append(f"| {model} | " + " | ".join(
             f"{rows[s]:.1f}" for s in SYSTEM_ORDER if s in rows.index) + " |")
@@ -185,31 +207,14 @@ def report(args: argparse.Namespace, write: Any, save_figure: Any, pyplot: Any) 
               "| model | where | " + " | ".join(projected.columns) + " |",
               "|---|---|" + "---|" * len(projected.columns)]
     for index, row in projected.iterrows():
-        cluster, model = str(index[0]), str(index[1])  # type: ignore[index]
-        lines.append(f"| {model} | projected, {cluster} | "
+        name, model = str(index[0]), str(index[1])  # type: ignore[index]
+        lines.append(f"| {model} | projected, {name} | "
                      + " | ".join(f"{v:.2f}x" for v in row) + " |")
-        if measured is not None and cluster == first and model in measured.index:
+        if measured is not None and name == cluster and model in measured.index:
             mrow = measured.loc[model]
             lines.append(f"| {model} | measured here (fig7) | " + " | ".join(
                 f"{mrow[c]:.2f}x" if c in mrow.index else "-" for c in projected.columns) + " |")
     best = projected.drop(columns=["local"], errors="ignore").max(axis=1).max()
     lines += ["", f"Largest projected speedup over any baseline: **{best:.2f}x** (the paper: "
               "up to 5.6x).", "", "### Where the projection differs from the paper, and why", ""]
-    lines += _differences(shown)
-    lines.append("")
-    write(args, "costmodel", "Projected speedups at the paper's scale", figure, lines,
-          PAPER_CLAIM, [
-              f"Inputs: sweep {sweep} (`suite=costmodel`: 8 trainers, batch 16384, the paper's "
-              "models at dimension 48, link model off), so the byte counts per link are exact "
-              "for the paper's batch and trainer count; the tables are 1% of Kaggle's rows "
-              "(CPU memory), which makes rows repeat more within a batch than at full size.",
-              "Compute on the projected cluster is the GPU estimate of the cluster file "
-              "(`6 x dense params x batch / trainers / (peak x efficiency) + overhead`), not a "
-              "measurement; network time follows each system's overlap rules "
-              "(`bagpipe/harness/costmodel.py`, validated against this machine's link model by "
-              "`tests/harness/test_costmodel.py`).",
-              "Measured speedups are this machine's fig7 (2 trainers, batch 1024, CPU compute, "
-              "the link model at 10 Gbps): compute dominates there, so they are smaller.",
-              "Regenerate: `nox -s reproduce -- costmodel` (clusters: "
-              + ", ".join(str(c) for c in (args.cluster or DEFAULT_CLUSTERS)) + ").",
-          ])
+    return [*lines, *_differences(shown), ""]

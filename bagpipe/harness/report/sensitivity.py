@@ -3,21 +3,23 @@
 Each suite (``suites/suite/<name>.yaml``) sweeps one configuration key; :data:`SENSITIVITIES`
 says which key, which summary metrics to draw and what the paper's code evaluated there
 (bagpipe.md §5.3: E5 lookahead, E6 capacity and cleanup interval, E7 ablations, E8 scaling, E9
-skew). ``python -m bagpipe.harness.report.figures <suite>`` reads the latest ``multirun/<suite>`` sweep
-and writes ``results/<suite>/runs.csv`` and ``reports/<suite>.{png,md}``.
+skew). ``python -m bagpipe.harness.report <suite>`` reads the latest ``multirun/<suite>`` sweep and
+writes ``results/<suite>/runs.csv`` and ``reports/<suite>.{png,md}``.
 """
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from bagpipe.harness.report.fig7 import SYSTEM_ORDER, latest_sweep
-from bagpipe.harness.track.record import RunRecord, find_records, param_value
+from bagpipe.harness.report.loading import load_records
+from bagpipe.harness.report.plotting import Outputs, pyplot, save_csv, save_figure, write_report
+from bagpipe.harness.track.record import RunRecord, param_value
+from bagpipe.harness.track.sweeps import SYSTEM_ORDER, in_order
 
 
 @dataclass(frozen=True)
@@ -86,22 +88,19 @@ def _order(values: pd.Series) -> list[Any]:
     return numbers + [v for v in unique if not isinstance(v, int | float)]
 
 
-def figure(args: argparse.Namespace, suite: str, write: Any, save_figure: Any, pyplot: Any) -> None:
+def report(suite: str, sweep: Path, out: Outputs) -> None:
+    """``results/<suite>/runs.csv`` and ``reports/<suite>.{png,md}`` for one of
+    :data:`SENSITIVITIES`."""
     spec = SENSITIVITIES[suite]
-    sweep = args.sweep_dir or latest_sweep(args.multirun_root, suite)
-    frame = sweep_frame(spec, [RunRecord.load(d) for d in find_records(sweep)])
+    frame = sweep_frame(spec, load_records([sweep]))
     if frame.empty:
         raise SystemExit(f"{sweep}: no finished runs")
-    out = args.results_dir / suite
-    out.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out / "runs.csv", index=False)
+    save_csv(frame, out.table(suite, "runs.csv"))
     order = _order(frame[spec.knob])
     frame["x"] = frame[spec.knob].map({v: i for i, v in enumerate(order)})
-    systems = [s for s in SYSTEM_ORDER if s in set(frame["system"])] + sorted(
-        s for s in set(frame["system"]) if s not in SYSTEM_ORDER)
+    systems = in_order(sorted(set(frame["system"])), SYSTEM_ORDER)
 
-    plt = pyplot()
-    fig, axes = plt.subplots(1, len(spec.metrics), figsize=(4.2 * len(spec.metrics), 3.6))
+    fig, axes = pyplot().subplots(1, len(spec.metrics), figsize=(4.2 * len(spec.metrics), 3.6))
     for ax, (key, label, _) in zip(axes, spec.metrics, strict=True):
         if spec.knob == "system":
             means = frame.groupby("x")[key].mean()
@@ -117,7 +116,7 @@ def figure(args: argparse.Namespace, suite: str, write: Any, save_figure: Any, p
     if spec.knob != "system" and len(systems) > 1:
         axes[0].legend(fontsize=8)
     fig.suptitle(spec.title)
-    path = save_figure(fig, args.reports_dir / f"{suite}.png")
+    path = save_figure(fig, out.figure(suite))
 
     header = [spec.knob_label, "system", *(label for _, label, _ in spec.metrics)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -126,8 +125,7 @@ def figure(args: argparse.Namespace, suite: str, write: Any, save_figure: Any, p
         position, system = int(index[0]), str(index[1])  # type: ignore[index]
         lines.append(f"| {order[position]} | {system} | "
                      + " | ".join(f"{v:.4g}" for v in row) + " |")
-    write(args, suite, spec.title, path, lines,
-          f"bagpipe.md §5.3 {spec.family}: the original code evaluated this family; the paper's "
-          "numbers for it are not verifiable (only its abstract is), so this report states ours",
-          [f"Sweep: {sweep}.",
-           f"Regenerate: `nox -s reproduce -- {suite}`."])
+    write_report(out, suite, spec.title, path, lines,
+                 f"bagpipe.md §5.3 {spec.family}: the original code evaluated this family; the "
+                 "paper's numbers for it are not verifiable (only its abstract is), so this "
+                 "report states ours", [f"Sweep: {sweep}."])

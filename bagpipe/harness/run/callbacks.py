@@ -13,12 +13,13 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from bagpipe.harness.run.sweep import RUNS_CSV, SweepProgress, finalize_sweep, validate_sweep
+from bagpipe.harness.run.sweep import SweepProgress, finalize_sweep, validate_sweep
 from bagpipe.harness.track.mlflow_runs import (
     TrackingUnavailableError,
     default_tracking_uri,
     ensure_parent_run,
 )
+from bagpipe.harness.track.sweeps import RUNS_CSV
 from bagpipe.harness.track.workspace import git_sha
 
 

@@ -16,8 +16,8 @@ bit for bit for a killed trainer and a killed embedding server).
 Only role failures are retried: any other exception is a bug or bad input, and retrying a
 deterministic run would fail the same way.
 
-Callbacks see one run: ``on_run_start`` once, and ``on_step`` / ``on_eval`` once per step (steps
-trained again after a restart are not reported twice).
+Callbacks see one run: ``on_run_start`` once, and ``on_step`` / ``on_eval_start`` / ``on_eval``
+once per step (steps trained or evaluated again after a restart are not reported twice).
 """
 
 from __future__ import annotations
@@ -26,13 +26,12 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from bagpipe.core.checkpoint import CheckpointStore
 from bagpipe.core.interface import System, TrainContext
 from bagpipe.core.roles import RoleFailedError
 from bagpipe.core.source import BatchSource
-from bagpipe.harness.run.runner import EvalPoint, RunConfig, RunResult, run_training
+from bagpipe.harness.run.runner import EvalPoint, RunConfig, RunResult, notify, run_training
 
 __all__ = ["DEFAULT_CHECKPOINT_EVERY", "Restart", "run_with_recovery"]
 
@@ -72,12 +71,14 @@ class _Progress:
 
     ``steps`` / ``evals`` keep the latest measurement of each step (a step trained again after a
     restart replaces the lost attempt's); callbacks see each step and evaluation once, the first
-    time, and ``on_run_start`` once.
+    time, and ``on_run_start`` once. An evaluation a failure interrupted is announced once too
+    (``eval_started``): its ``on_eval`` comes from the attempt that finishes it.
     """
 
     callbacks: Sequence[object]
     started: bool = False
     steps: dict[int, dict[str, float]] = field(default_factory=dict)
+    eval_started: set[int] = field(default_factory=set)
     evals: dict[int, EvalPoint] = field(default_factory=dict)
     current_step: int = 0
     awaiting_recovery: bool = False
@@ -86,7 +87,7 @@ class _Progress:
     def on_run_start(self, ctx: TrainContext) -> None:
         if not self.started:
             self.started = True
-            _forward(self.callbacks, "on_run_start", ctx)
+            notify(self.callbacks, "on_run_start", ctx)
 
     def on_step(self, step: int, metrics: dict[str, float]) -> None:
         self.current_step = step + 1
@@ -94,23 +95,21 @@ class _Progress:
             self.trained_at_s.append(time.perf_counter())
             self.awaiting_recovery = False
         if step not in self.steps:
-            _forward(self.callbacks, "on_step", step, metrics)
+            notify(self.callbacks, "on_step", step, metrics)
         self.steps[step] = metrics
+
+    def on_eval_start(self, step: int, epoch_fraction: float) -> None:
+        if step not in self.eval_started:
+            notify(self.callbacks, "on_eval_start", step, epoch_fraction)
+        self.eval_started.add(step)
 
     def on_eval(self, point: EvalPoint) -> None:
         if point.step not in self.evals:
-            _forward(self.callbacks, "on_eval", point)
+            notify(self.callbacks, "on_eval", point)
         self.evals[point.step] = point
 
     def on_run_end(self, result: RunResult) -> None:
-        _forward(self.callbacks, "on_run_end", result)
-
-
-def _forward(callbacks: Sequence[object], method: str, *args: Any) -> None:
-    for callback in callbacks:
-        hook = getattr(callback, method, None)
-        if hook is not None:
-            hook(*args)
+        notify(self.callbacks, "on_run_end", result)
 
 
 def run_with_recovery(
@@ -174,21 +173,29 @@ def run_with_recovery(
                 progress.current_step, str(failure).splitlines()[0], resumed_step,
             )
             failures.append((failure, progress.current_step, resumed_step, detected_at_s))
-    restarts = [
+    restarts = _restarts(failures, progress.trained_at_s)
+    result.steps = [progress.steps[step] for step in sorted(progress.steps)]
+    result.evals = [progress.evals[step] for step in sorted(progress.evals)]
+    result.summary["restarts"] = float(len(restarts))
+    result.summary["recovery_s"] = sum(r.recovery_s for r in restarts)
+    return result, restarts
+
+
+def _restarts(
+    failures: Sequence[tuple[RoleFailedError, int, int, float]], trained_at_s: Sequence[float]
+) -> list[Restart]:
+    """One :class:`Restart` per failure (error, failed step, resumed step, detection time), with
+    the time the attempt after it first completed a step."""
+    return [
         Restart(
             role=failure.role,
             reason=str(failure).splitlines()[0],
             failed_step=failed_step,
             resumed_step=resumed_step,
             detected_at_s=detected_at_s,
-            trained_at_s=trained_at_s,
+            trained_at_s=trained,
         )
-        for (failure, failed_step, resumed_step, detected_at_s), trained_at_s in zip(
-            failures, progress.trained_at_s, strict=True
+        for (failure, failed_step, resumed_step, detected_at_s), trained in zip(
+            failures, trained_at_s, strict=True
         )
     ]
-    result.steps = [progress.steps[step] for step in sorted(progress.steps)]
-    result.evals = [progress.evals[step] for step in sorted(progress.evals)]
-    result.summary["restarts"] = float(len(restarts))
-    result.summary["recovery_s"] = sum(r.recovery_s for r in restarts)
-    return result, restarts

@@ -12,7 +12,9 @@ The runner, not the system, owns what must be identical across systems for a com
 * **system stats**: ``system.stats()`` is kept whole in ``RunResult.stats``; its numeric values
   also enter the summary as ``system_<key>``;
 * **evaluation**: every ``eval_every`` steps and after the last step, by the same
-  :class:`Evaluator` for every system, then ``on_phase_boundary(PhaseInfo(step, "eval", logloss))``;
+  :class:`Evaluator` for every system (``on_eval_start`` before it scores, ``on_eval`` after, so
+  an MLPerf log brackets exactly the evaluation), then
+  ``on_phase_boundary(PhaseInfo(step, "eval", logloss))``;
 * **checkpoints** (given a :class:`~bagpipe.core.checkpoint.CheckpointStore`): every
   ``checkpoint_every`` steps, after that step's boundaries and evaluation, the runner saves
   ``system.full_state()``, the step and the torch RNG state (``checkpoint_wall_s`` in the summary
@@ -26,6 +28,7 @@ Callbacks (mllog, MLflow, tests) observe the run in this order::
     system.setup(ctx)                       # init_time_s
     on_run_start(ctx)                       # e.g. INIT_STOP + RUN_START
     on_step(step, metrics)  ...             # per step: loss, iter_time_s, bytes_*, time_*_s ...
+    on_eval_start(step, epoch_fraction) ... # the evaluation after `step` steps begins: EVAL_START
     on_eval(point)          ...             # EvalPoint; wall_s counts from on_run_start
     on_run_end(result)                      # only when the run completed
     system.close()                          # always, also after an error (which is re-raised)
@@ -119,18 +122,26 @@ class RunResult:
 
 
 class RunCallback(Protocol):
-    """Observer of a run. Every method is optional: the runner calls only those an object has."""
+    """Observer of a run. Every method is optional: the runner calls only those an object has.
+
+    ``on_eval_start`` is called after the step's ``on_step`` and before the evaluation scores
+    anything, ``on_eval`` once the scores are in: between them runs only the evaluation, which is
+    what an MLPerf log's ``eval_start``/``eval_stop`` must bracket.
+    """
 
     def on_run_start(self, ctx: TrainContext) -> None: ...
 
     def on_step(self, step: int, metrics: dict[str, float]) -> None: ...
+
+    def on_eval_start(self, step: int, epoch_fraction: float) -> None: ...
 
     def on_eval(self, point: EvalPoint) -> None: ...
 
     def on_run_end(self, result: RunResult) -> None: ...
 
 
-def _notify(callbacks: Sequence[object], method: str, *args: Any) -> None:
+def notify(callbacks: Sequence[object], method: str, *args: Any) -> None:
+    """Call ``method`` on every callback that has it (every :class:`RunCallback` hook is optional)."""
     for callback in callbacks:
         hook = getattr(callback, method, None)
         if hook is not None:
@@ -161,98 +172,165 @@ def run_training(
     """
     result = RunResult(reorders_samples=type(system).reorders_samples)
     try:
-        first_step = 0
-        if resume is not None:
-            if not type(system).supports_resume:
-                raise ValueError(
-                    f"system {type(system).name!r} cannot resume from a checkpoint "
-                    f"({resume.path}): it does not declare supports_resume"
-                )
-            ctx = replace(ctx, resume=resume.resume_point())
-            first_step = resume.step
-        ctx = replace(ctx, num_steps=cfg.num_steps)
-        torch.manual_seed(ctx.seed)
-        init_start = time.perf_counter()
-        system.setup(ctx)
-        init_time_s = time.perf_counter() - init_start
-        if resume is not None:
-            torch.set_rng_state(resume.rng_state)
+        ctx, first_step = _starting_point(system, ctx, cfg, resume)
+        init_time_s = _set_up(system, ctx, resume)
         source = system.prepare_dataset(ctx.source)
         if len(source) == 0:
             raise ValueError("training source has no batches")
         evaluator = Evaluator(ctx.model, ctx.schema, eval_source)
-        epoch_samples = len(source) * source.batch_size
-        _notify(callbacks, "on_run_start", ctx)
-        run_start = time.perf_counter()
-        eval_wall_s = 0.0
-        checkpoint_wall_s = 0.0
-        records: list[StepRecord] = []
-        with _progress_bar(cfg) as advance:
-            advance(float("nan"), first_step)
-            for step in range(first_step, cfg.num_steps):
-                data_start = time.perf_counter()
-                batch = source[step % len(source)]
-                step_start = time.perf_counter()
-                out = system.train_step(step, batch)
-                iter_time_s = time.perf_counter() - step_start
-                metrics = {
-                    "step": float(step),
-                    "loss": float(out.loss),
-                    "iter_time_s": iter_time_s,
-                    "data_time_s": step_start - data_start,
-                    **out.record.flat(),
-                }
-                result.steps.append(metrics)
-                records.append(out.record)
-                _notify(callbacks, "on_step", step, metrics)
-                done = step + 1
-                advance(out.loss)
-                if done % len(source) == 0 and done < cfg.num_steps:
-                    system.on_phase_boundary(PhaseInfo(done, "epoch"))
-                if cfg.eval_due(done):
-                    eval_start = time.perf_counter()
-                    scores = evaluator.score(system.full_state())
-                    eval_s = time.perf_counter() - eval_start
-                    eval_wall_s += eval_s
-                    point = EvalPoint(
-                        step=done,
-                        auc=scores.auc,
-                        logloss=scores.logloss,
-                        epoch_fraction=done * source.batch_size / epoch_samples,
-                        wall_s=time.perf_counter() - run_start,
-                        eval_s=eval_s,
-                    )
-                    result.evals.append(point)
-                    _notify(callbacks, "on_eval", point)
-                    system.on_phase_boundary(PhaseInfo(done, "eval", scores.logloss))
-                saved = False
-                if checkpoints is not None and cfg.checkpoint_due(done):
-                    checkpoint_wall_s += _save_checkpoint(checkpoints, done, system)
-                    saved = True
-                if stop_requested is not None and done < cfg.num_steps and stop_requested():
-                    if checkpoints is not None and not saved:
-                        _save_checkpoint(checkpoints, done, system)
-                    raise Preempted(done, checkpointed=checkpoints is not None)
-        total_wall_s = time.perf_counter() - run_start
+        notify(callbacks, "on_run_start", ctx)
+        loop = _TrainingLoop(system, source, evaluator, cfg, callbacks, result,
+                             checkpoints, stop_requested)
+        loop.run(first_step)
         result.stats = dict(system.stats())
-        result.summary = summarize(result.steps, records, result.evals, cfg, source.batch_size)
-        result.summary.update(
+        result.summary = loop.summary(init_time_s, first_step)
+        notify(callbacks, "on_run_end", result)
+        return result
+    finally:
+        system.close()
+
+
+def _starting_point(
+    system: System, ctx: TrainContext, cfg: RunConfig, resume: Checkpoint | None
+) -> tuple[TrainContext, int]:
+    """The context the system is set up with (the run's length, and the resume point if any)
+    and the first step to train."""
+    first_step = 0
+    if resume is not None:
+        if not type(system).supports_resume:
+            raise ValueError(
+                f"system {type(system).name!r} cannot resume from a checkpoint "
+                f"({resume.path}): it does not declare supports_resume"
+            )
+        ctx = replace(ctx, resume=resume.resume_point())
+        first_step = resume.step
+    return replace(ctx, num_steps=cfg.num_steps), first_step
+
+
+def _set_up(system: System, ctx: TrainContext, resume: Checkpoint | None) -> float:
+    """Seed, set the system up and, on a resume, restore the checkpoint's RNG state; the seconds
+    ``setup`` took (``init_time_s``)."""
+    torch.manual_seed(ctx.seed)
+    init_start = time.perf_counter()
+    system.setup(ctx)
+    init_time_s = time.perf_counter() - init_start
+    if resume is not None:
+        torch.set_rng_state(resume.rng_state)
+    return init_time_s
+
+
+@dataclass
+class _TrainingLoop:
+    """The steps of one :func:`run_training` call and the work at every step boundary (epoch
+    boundary, evaluation, checkpoint, preemption), with the wall time each kind of work took.
+
+    It starts the run's clock when it is built (just after ``on_run_start``): evaluation points'
+    ``wall_s`` and the summary's wall times count from there.
+    """
+
+    system: System
+    source: BatchSource
+    evaluator: Evaluator
+    cfg: RunConfig
+    callbacks: Sequence[object]
+    result: RunResult
+    checkpoints: CheckpointStore | None
+    stop_requested: Callable[[], bool] | None
+    records: list[StepRecord] = field(default_factory=list, init=False)
+    eval_wall_s: float = field(default=0.0, init=False)
+    checkpoint_wall_s: float = field(default=0.0, init=False)
+    total_wall_s: float = field(default=0.0, init=False)
+    run_start: float = field(default_factory=time.perf_counter, init=False)
+
+    def run(self, first_step: int) -> None:
+        with _progress_bar(self.cfg) as advance:
+            advance(float("nan"), first_step)
+            for step in range(first_step, self.cfg.num_steps):
+                advance(self._train(step))
+                self._step_boundary(step + 1)
+        self.total_wall_s = time.perf_counter() - self.run_start
+
+    def _train(self, step: int) -> float:
+        """Train batch ``step``, keep and report its metrics; return its loss."""
+        data_start = time.perf_counter()
+        batch = self.source[step % len(self.source)]
+        step_start = time.perf_counter()
+        out = self.system.train_step(step, batch)
+        iter_time_s = time.perf_counter() - step_start
+        loss = float(out.loss)
+        metrics = {
+            "step": float(step),
+            "loss": loss,
+            "iter_time_s": iter_time_s,
+            "data_time_s": step_start - data_start,
+            **out.record.flat(),
+        }
+        self.result.steps.append(metrics)
+        self.records.append(out.record)
+        notify(self.callbacks, "on_step", step, metrics)
+        return loss
+
+    def _step_boundary(self, done: int) -> None:
+        """After ``done`` steps: epoch boundary, evaluation, checkpoint, preemption, in that order."""
+        if done % len(self.source) == 0 and done < self.cfg.num_steps:
+            self.system.on_phase_boundary(PhaseInfo(done, "epoch"))
+        if self.cfg.eval_due(done):
+            self._evaluate(done)
+        self._checkpoint_or_stop(done)
+
+    def _checkpoint_or_stop(self, done: int) -> None:
+        """Save the periodic checkpoint if one is due; then, if the job was told to stop, make
+        sure a checkpoint of exactly ``done`` steps exists and raise :class:`Preempted`."""
+        saved = False
+        if self.checkpoints is not None and self.cfg.checkpoint_due(done):
+            self.checkpoint_wall_s += _save_checkpoint(self.checkpoints, done, self.system)
+            saved = True
+        if self.stop_requested is not None and done < self.cfg.num_steps and self.stop_requested():
+            if self.checkpoints is not None and not saved:
+                _save_checkpoint(self.checkpoints, done, self.system)
+            raise Preempted(done, checkpointed=self.checkpoints is not None)
+
+    def _evaluate(self, done: int) -> None:
+        """Score the system's state after ``done`` steps, between ``on_eval_start`` and
+        ``on_eval``, then tell the system the evaluation's logloss."""
+        epoch_fraction = done / len(self.source)
+        notify(self.callbacks, "on_eval_start", done, epoch_fraction)
+        eval_start = time.perf_counter()
+        scores = self.evaluator.score(self.system.full_state())
+        eval_s = time.perf_counter() - eval_start
+        self.eval_wall_s += eval_s
+        point = EvalPoint(
+            step=done,
+            auc=scores.auc,
+            logloss=scores.logloss,
+            epoch_fraction=epoch_fraction,
+            wall_s=time.perf_counter() - self.run_start,
+            eval_s=eval_s,
+        )
+        self.result.evals.append(point)
+        notify(self.callbacks, "on_eval", point)
+        self.system.on_phase_boundary(PhaseInfo(done, "eval", scores.logloss))
+
+    def summary(self, init_time_s: float, first_step: int) -> dict[str, float]:
+        """:func:`summarize`'s figures, the wall times of setup, training, evaluation and
+        checkpoints, and the numeric system stats as ``system_<key>``."""
+        result = self.result
+        summary = summarize(result.steps, self.records, result.evals, self.cfg,
+                            self.source.batch_size)
+        summary.update(
             init_time_s=init_time_s,
-            train_wall_s=total_wall_s - eval_wall_s,
-            eval_wall_s=eval_wall_s,
-            checkpoint_wall_s=checkpoint_wall_s,
+            train_wall_s=self.total_wall_s - self.eval_wall_s,
+            eval_wall_s=self.eval_wall_s,
+            checkpoint_wall_s=self.checkpoint_wall_s,
             first_step=float(first_step),
             reorders_samples=float(result.reorders_samples),
         )
-        result.summary.update(
+        summary.update(
             (f"system_{key}", float(value))
             for key, value in result.stats.items()
             if isinstance(value, int | float) and not isinstance(value, bool)
         )
-        _notify(callbacks, "on_run_end", result)
-        return result
-    finally:
-        system.close()
+        return summary
 
 
 class Preempted(Exception):

@@ -3,10 +3,11 @@
 Every YAML option of a group extends a ``base_<name>`` schema (STYLE.md §4), so a misspelt key or a
 value of the wrong type fails while the config is composed, naming the key, before any job starts.
 
-The schemas of systems, models and datasets are *derived* from the classes they configure (a
-system's ``__init__`` keyword arguments, the ``ModelConfig`` and ``DatasetConfig`` dataclass fields)
-rather than written out a second time: a knob added to a system is valid in YAML at once, and a knob
-removed from it makes a stale YAML fail loudly. A system may instead declare ``config_class``, a
+The schemas of systems, models, datasets, the link model and the optimiser are *derived* from the
+classes they configure (a system's ``__init__`` keyword arguments, the ``ModelConfig``,
+``DatasetConfig``, ``LinkConfig`` and ``OptimConfig`` dataclass fields) rather than written out a
+second time: a knob added to a system is valid in YAML at once, and a knob removed from it makes a
+stale YAML fail loudly. A system may instead declare ``config_class``, a
 dataclass that is then used as its schema unchanged.
 
 The launcher has no schema on purpose: a structured launcher config breaks with Hydra 1.3 and
@@ -29,6 +30,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from bagpipe.core.interface import OptimConfig
+from bagpipe.core.link import LinkConfig
 from bagpipe.core.registry import ENTRY_POINT_GROUP
 
 _SCALARS = (int, float, str, bool)
@@ -67,23 +70,6 @@ class RunSchema:
 
 
 @dataclass
-class LinkSchema:
-    """The emulated network (``bagpipe.core.link.LinkConfig``)."""
-
-    bandwidth_gbps: float = 10.0
-    latency_us: float = 50.0
-    enabled: bool = True
-
-
-@dataclass
-class OptimSchema:
-    """Plain SGD (``bagpipe.core.interface.OptimConfig``)."""
-
-    embedding_lr: float = 0.1
-    dense_lr: float = 0.1
-
-
-@dataclass
 class TrackingSchema:
     """MLflow: where runs go, and which system speedups are measured against.
 
@@ -108,28 +94,6 @@ class MllogSchema:
     org: str = "bagpipe-harness"
     platform: str = "cpu-emulated-cluster"
     results_dir: str | None = None
-
-
-@dataclass
-class HarnessConfig:
-    """The primary config (``suites/config.yaml``)."""
-
-    system: Any = MISSING
-    model: Any = MISSING
-    dataset: Any = MISSING
-    run: RunSchema = field(default_factory=RunSchema)
-    link: LinkSchema = field(default_factory=LinkSchema)
-    optim: OptimSchema = field(default_factory=OptimSchema)
-    tracking: TrackingSchema = field(default_factory=TrackingSchema)
-    mllog: MllogSchema = field(default_factory=MllogSchema)
-    seed: int = 0
-    #: Trainer count that system configs interpolate (``num_trainers: ${trainers}``).
-    trainers: int = 2
-    suite_name: str = "adhoc"
-    scale_name: str = "small"
-    launcher_name: str = "local"
-    #: Re-raise a failed run inside a sweep (a single run always re-raises).
-    fail_fast: bool = False
 
 
 def _omegaconf_type(hint: Any) -> Any:
@@ -196,6 +160,37 @@ def schema_from_dataclass(
             default = hint[default] if isinstance(default, str) else default
         fields.append((f.name, hint, _default_for(default)))
     return dataclasses.make_dataclass(name, fields)
+
+
+#: The emulated network and plain SGD, derived from the dataclasses the job builds from them
+#: (``bagpipe.core.link.LinkConfig``, ``bagpipe.core.interface.OptimConfig``): a field added there
+#: is valid in YAML at once.
+LinkSchema = schema_from_dataclass(LinkConfig, "LinkSchema")
+OptimSchema = schema_from_dataclass(OptimConfig, "OptimSchema")
+
+
+@dataclass
+class HarnessConfig:
+    """The primary config (``suites/config.yaml``)."""
+
+    system: Any = MISSING
+    model: Any = MISSING
+    dataset: Any = MISSING
+    run: RunSchema = field(default_factory=RunSchema)
+    #: Typed ``Any`` because the schemas are built at import time (no static class to name); the
+    #: default is the structured node, so OmegaConf still checks every key and value under it.
+    link: Any = field(default_factory=LinkSchema)
+    optim: Any = field(default_factory=OptimSchema)
+    tracking: TrackingSchema = field(default_factory=TrackingSchema)
+    mllog: MllogSchema = field(default_factory=MllogSchema)
+    seed: int = 0
+    #: Trainer count that system configs interpolate (``num_trainers: ${trainers}``).
+    trainers: int = 2
+    suite_name: str = "adhoc"
+    scale_name: str = "small"
+    launcher_name: str = "local"
+    #: Re-raise a failed run inside a sweep (a single run always re-raises).
+    fail_fast: bool = False
 
 
 def schema_from_signature(target: type, name: str) -> type:

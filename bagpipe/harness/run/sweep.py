@@ -11,7 +11,6 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -23,14 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from bagpipe.harness.track.mlflow_runs import end_parent_run, is_reachable, upload_all
 from bagpipe.harness.track.record import RunRecord, find_records
-
-RUNS_CSV = "runs.csv"
-#: What identifies a run within a suite; speedups compare runs that agree on all but ``system``.
-RUN_KEYS = ("system", "model", "dataset", "seed")
-
-
-def speedup_key(reference: str) -> str:
-    return f"speedup_vs_{reference}"
+from bagpipe.harness.track.sweeps import RUNS_CSV, add_speedups, runs_frame
 
 
 def sweep_jobs(config: DictConfig) -> list[list[str]]:
@@ -70,61 +62,6 @@ def validate_sweep(config: DictConfig) -> list[list[str]]:
                 f"nothing was launched:\n{detail}"
             ) from err
     return jobs
-
-
-def add_speedups(records: Sequence[RunRecord], reference: str) -> int:
-    """Set ``speedup_vs_<reference>`` (reference iteration time / own) where a reference run exists.
-
-    Returns how many runs got one. A run without a matching finished reference run gets none.
-    """
-    key = speedup_key(reference)
-    reference_time = {
-        _identity(r)[1:]: r.summary["iter_time_mean_s"]
-        for r in records
-        if r.tags.get("system") == reference and r.status == "FINISHED"
-        and r.summary.get("iter_time_mean_s")
-    }
-    count = 0
-    for record in records:
-        ref_time = reference_time.get(_identity(record)[1:])
-        own_time = record.summary.get("iter_time_mean_s")
-        if ref_time and own_time and record.status == "FINISHED":
-            record.summary[key] = ref_time / own_time
-            count += 1
-    return count
-
-
-def _identity(record: RunRecord) -> tuple[str, ...]:
-    return (
-        record.tags.get("system", ""),
-        record.tags.get("model", ""),
-        record.tags.get("dataset", ""),
-        record.params.get("seed", ""),
-    )
-
-
-def runs_frame(records: Sequence[RunRecord]) -> pd.DataFrame:
-    """One tidy row per run: identity, status, then every summary metric."""
-    rows = []
-    for record in records:
-        system, model, dataset, seed = _identity(record)
-        rows.append(
-            {
-                "system": system,
-                "model": model,
-                "dataset": dataset,
-                "seed": int(seed) if seed else 0,
-                "suite": record.tags.get("suite", ""),
-                "status": record.status,
-                "run_name": record.run_name,
-                "git_sha": record.tags.get("git_sha", "unknown"),
-                **record.summary,
-            }
-        )
-    frame = pd.DataFrame(rows)
-    if not frame.empty:
-        frame = frame.sort_values(["model", "system", "seed"], kind="stable").reset_index(drop=True)
-    return frame
 
 
 def finalize_sweep(sweep_dir: Path, reference: str, tracking_uri: str | None) -> pd.DataFrame:

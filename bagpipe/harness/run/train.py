@@ -40,6 +40,9 @@ from bagpipe.harness.track.workspace import git_sha, slurm_job_id
 
 if TYPE_CHECKING:  # torch is imported inside the job, not when Hydra composes a sweep
     from bagpipe.core.checkpoint import CheckpointStore
+    from bagpipe.core.interface import TrainContext
+    from bagpipe.core.source import BatchSource
+    from bagpipe.harness.run.runner import RunConfig, RunResult
 
 SUITES_DIR = Path(os.environ.get("BAGPIPE_SUITES", Path(__file__).resolve().parents[3] / "suites"))
 
@@ -52,6 +55,11 @@ class RunPaths:
     results_dir: Path
     launch_dir: Path
     sweep_dir: Path | None = None
+
+    @property
+    def record_dir(self) -> Path:
+        """The run's :class:`RunRecord` (``run.json``) and its artifacts."""
+        return self.run_dir / "record"
 
     @classmethod
     def from_hydra(cls, cfg: DictConfig) -> RunPaths:
@@ -118,23 +126,48 @@ def execute(
 ) -> RunRecord:
     """Run one configured training run and record it; return its record (also on failure).
 
+    The record and the mllog file are opened before anything can fail, so even a run whose
+    config or data is bad leaves a ``FAILED`` record and a closed log behind.
+
     With ``run.checkpoint_every`` the run goes through :func:`run_with_recovery`: checkpoints in
     ``run.checkpoint_dir``, restarts after role failures, and a resume when that directory
     already holds this run's checkpoints (a requeued SLURM job). ``stop_requested`` (a pending
     preemption) ends the run at a step boundary with a checkpoint: :class:`Preempted` propagates
     after the record is saved as ``KILLED``, so that the job can be requeued.
     """
-    import torch
-    from hydra.utils import get_class, instantiate
+    from bagpipe.harness.run.runner import Preempted
 
-    from bagpipe.core.interface import OptimConfig, System, TrainContext
-    from bagpipe.core.link import LinkConfig
-    from bagpipe.data import DatasetConfig, make_dataset
-    from bagpipe.harness.run.runner import Preempted, RunConfig, run_training
-    from bagpipe.models import ModelConfig
+    record = _open_record(cfg, paths, tags)
+    mllog = _open_mllog(cfg, paths, tags)
+    steps = _StepLog()
+    try:
+        job = _prepare(cfg, paths, tags)
+        batch_size = int(cfg.run.batch_size)
+        mllog.set_samples(len(job.ctx.source) * batch_size, len(job.eval_source) * batch_size)
+        result = _train(cfg, job, [mllog, steps], stop_requested)
+        record.summary = {**result.summary, "time_to_target_s": _or_nan(mllog.time_to_target_s),
+                          "reached_target": float(mllog.status == "success")}
+        record.evals = [dict(vars(point)) for point in result.evals]
+        record.status = "FINISHED"
+    except Preempted as stop:
+        record.status = "KILLED"
+        record.error = (f"{stop}; the requeued job resumes from "
+                        f"{cfg.run.checkpoint_dir or 'its run dir'}")
+        print(f"[harness] run {record.run_name} {stop}")
+        raise
+    except Exception as err:
+        mllog.fail()
+        record.status = "FAILED"
+        record.error = "".join(traceback.format_exception(err))
+        print(f"[harness] run {record.run_name} FAILED: {err!r}")
+    finally:
+        _close_record(record, paths, steps.steps, mllog.path)
+    return record
 
-    record_dir = paths.run_dir / "record"
-    artifacts = record_dir / ARTIFACTS_DIR
+
+def _open_record(cfg: DictConfig, paths: RunPaths, tags: dict[str, str]) -> RunRecord:
+    """The run's record, saved as ``RUNNING`` with the resolved config beside it."""
+    artifacts = paths.record_dir / ARTIFACTS_DIR
     artifacts.mkdir(parents=True, exist_ok=True)
     record = RunRecord(
         run_name=f"{tags['system']}-{tags['model']}-s{cfg.seed}",
@@ -146,82 +179,104 @@ def execute(
         tracking_uri=resolve_tracking_uri(cfg, paths.launch_dir),
     )
     (artifacts / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    record.save(record_dir)
-    run = cfg.run
-    mllog_path = result_path(
-        paths.results_dir, tags["system"], tags["model"], str(cfg.mllog.benchmark), int(cfg.seed)
-    )
+    record.save(paths.record_dir)
+    return record
+
+
+def _open_mllog(cfg: DictConfig, paths: RunPaths, tags: dict[str, str]) -> MllogRecorder:
+    """The run's MLPerf log, opened up to ``init_start`` and the hyperparameters."""
     mllog = MllogRecorder(
-        mllog_path,
+        result_path(paths.results_dir, tags["system"], tags["model"], str(cfg.mllog.benchmark),
+                    int(cfg.seed)),
         Submission(str(cfg.mllog.benchmark), str(cfg.mllog.division), str(cfg.mllog.org),
                    str(cfg.mllog.platform)),
-        target_auc=float(run.target_auc),
+        target_auc=float(cfg.run.target_auc),
     )
     mllog.init_start(
-        int(cfg.seed), int(run.batch_size),
+        int(cfg.seed), int(cfg.run.batch_size),
         {"system": tags["system"], "model": tags["model"], "dataset": tags["dataset"],
-         "target_auc": float(run.target_auc)},
+         "target_auc": float(cfg.run.target_auc)},
     )
-    steps = _StepLog()
-    try:
-        torch.set_num_threads(int(run.torch_threads))
-        dataset = make_dataset(DatasetConfig(**_plain(cfg.dataset)))
-        model_cfg = ModelConfig(**_tupled(_plain(cfg.model)))
-        train_source = dataset.train(int(run.batch_size), int(run.steps))
-        eval_source = dataset.eval(int(run.batch_size), int(run.eval_batches))
-        system_class = get_class(str(cfg.system._target_))
-        resumable = issubclass(system_class, System) and system_class.supports_resume
-        store = _checkpoint_store(cfg, paths, tags, resumable)
-        ctx = TrainContext(
-            schema=dataset.schema,
-            model=model_cfg,
-            optim=OptimConfig(**_plain(cfg.optim)),
-            global_batch_size=int(run.batch_size),
-            seed=int(cfg.seed),
-            source=train_source,
-            link=LinkConfig(**_plain(cfg.link)),
-            workdir=paths.run_dir,
-        )
-        mllog.set_samples(
-            len(train_source) * int(run.batch_size), len(eval_source) * int(run.batch_size)
-        )
-        run_cfg = RunConfig(num_steps=int(run.steps), eval_every=int(run.eval_every),
-                            warmup_steps=int(run.warmup_steps), progress=bool(run.progress),
-                            checkpoint_every=int(run.checkpoint_every))
-        if store is None:
-            result = run_training(instantiate(cfg.system, _convert_="all"), ctx, eval_source,
-                                  run_cfg, callbacks=[mllog, steps], stop_requested=stop_requested)
-        else:
-            from bagpipe.harness.run.recovery import run_with_recovery
+    return mllog
 
-            result, _ = run_with_recovery(
-                lambda: instantiate(cfg.system, _convert_="all"),
-                ctx, eval_source, run_cfg, store, [mllog, steps],
-                max_restarts=int(run.max_restarts), stop_requested=stop_requested,
-            )
-        record.summary = {**result.summary, "time_to_target_s": _or_nan(mllog.time_to_target_s),
-                          "reached_target": float(mllog.status == "success")}
-        record.evals = [dict(vars(point)) for point in result.evals]
-        record.status = "FINISHED"
-    except Preempted as stop:
-        record.status = "KILLED"
-        record.error = f"{stop}; the requeued job resumes from {run.checkpoint_dir or 'its run dir'}"
-        print(f"[harness] run {record.run_name} {stop}")
-        raise
-    except Exception as err:
-        mllog.fail()
-        record.status = "FAILED"
-        record.error = "".join(traceback.format_exception(err))
-        print(f"[harness] run {record.run_name} FAILED: {err!r}")
-    finally:
-        record.steps = steps.steps
-        record.end_ms = int(time.time() * 1000)
-        shutil.copy(mllog_path, artifacts / "mllog.txt")
-        hydra_dir = paths.run_dir / ".hydra"
-        if hydra_dir.is_dir():
-            shutil.copytree(hydra_dir, artifacts / "hydra", dirs_exist_ok=True)
-        record.save(record_dir)
-    return record
+
+@dataclass(frozen=True)
+class _Job:
+    """What a run trains and how: the system's context, the evaluation data, the loop's config,
+    and the checkpoint store (None: no checkpoints, so no recovery either)."""
+
+    ctx: TrainContext
+    eval_source: BatchSource
+    run_cfg: RunConfig
+    store: CheckpointStore | None
+
+
+def _prepare(cfg: DictConfig, paths: RunPaths, tags: dict[str, str]) -> _Job:
+    """Build the dataset, the model and optimiser configs, the context and the checkpoint store."""
+    import torch
+    from hydra.utils import get_class
+
+    from bagpipe.core.interface import OptimConfig, System, TrainContext
+    from bagpipe.core.link import LinkConfig
+    from bagpipe.data import DatasetConfig, make_dataset
+    from bagpipe.harness.run.runner import RunConfig
+    from bagpipe.models import ModelConfig
+
+    run = cfg.run
+    torch.set_num_threads(int(run.torch_threads))
+    dataset = make_dataset(DatasetConfig(**_plain(cfg.dataset)))
+    system_class = get_class(str(cfg.system._target_))
+    resumable = issubclass(system_class, System) and system_class.supports_resume
+    store = _checkpoint_store(cfg, paths, tags, resumable)
+    ctx = TrainContext(
+        schema=dataset.schema,
+        model=ModelConfig(**_tupled(_plain(cfg.model))),
+        optim=OptimConfig(**_plain(cfg.optim)),
+        global_batch_size=int(run.batch_size),
+        seed=int(cfg.seed),
+        source=dataset.train(int(run.batch_size), int(run.steps)),
+        link=LinkConfig(**_plain(cfg.link)),
+        workdir=paths.run_dir,
+    )
+    run_cfg = RunConfig(num_steps=int(run.steps), eval_every=int(run.eval_every),
+                        warmup_steps=int(run.warmup_steps), progress=bool(run.progress),
+                        checkpoint_every=int(run.checkpoint_every))
+    return _Job(ctx, dataset.eval(int(run.batch_size), int(run.eval_batches)), run_cfg, store)
+
+
+def _train(cfg: DictConfig, job: _Job, callbacks: list[object],
+           stop_requested: Callable[[], bool] | None) -> RunResult:
+    """Train the configured system: straight through, or with a checkpoint store through
+    :func:`run_with_recovery` (restarts after role failures, resumes a requeued job)."""
+    from hydra.utils import instantiate
+
+    from bagpipe.harness.run.runner import run_training
+
+    if job.store is None:
+        return run_training(instantiate(cfg.system, _convert_="all"), job.ctx, job.eval_source,
+                            job.run_cfg, callbacks=callbacks, stop_requested=stop_requested)
+    from bagpipe.harness.run.recovery import run_with_recovery
+
+    result, _ = run_with_recovery(
+        lambda: instantiate(cfg.system, _convert_="all"),
+        job.ctx, job.eval_source, job.run_cfg, job.store, callbacks,
+        max_restarts=int(cfg.run.max_restarts), stop_requested=stop_requested,
+    )
+    return result
+
+
+def _close_record(record: RunRecord, paths: RunPaths, steps: list[dict[str, float]],
+                  mllog_path: Path) -> None:
+    """Finish the record whatever happened: steps, end time, the mllog file and Hydra's config
+    beside it, saved."""
+    artifacts = paths.record_dir / ARTIFACTS_DIR
+    record.steps = steps
+    record.end_ms = int(time.time() * 1000)
+    shutil.copy(mllog_path, artifacts / "mllog.txt")
+    hydra_dir = paths.run_dir / ".hydra"
+    if hydra_dir.is_dir():
+        shutil.copytree(hydra_dir, artifacts / "hydra", dirs_exist_ok=True)
+    record.save(paths.record_dir)
 
 
 def _checkpoint_store(
@@ -311,9 +366,9 @@ def main(cfg: DictConfig) -> float | None:
     with DeferredSignal() as preemption:  # SLURM's warning before preemption / the time limit
         record = execute(cfg, paths, _tags(cfg, paths), preemption.requested)
     print_summary(record)
-    record_to_tracking(cfg, paths, paths.run_dir / "record")
+    record_to_tracking(cfg, paths, paths.record_dir)
     if record.status != "FINISHED" and (paths.sweep_dir is None or cfg.fail_fast):
-        raise RuntimeError(f"run {record.run_name} failed; see {paths.run_dir / 'record'}")
+        raise RuntimeError(f"run {record.run_name} failed; see {paths.record_dir}")
     return record.summary.get("iter_time_mean_s")
 
 

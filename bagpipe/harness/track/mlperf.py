@@ -47,7 +47,8 @@ class Submission:
 
 
 class MllogRecorder:
-    """Writes one run's ``mllog`` file; used as a runner callback (``on_run_start``...).
+    """Writes one run's ``mllog`` file; used as a runner callback (``on_run_start``,
+    ``on_eval_start``, ``on_eval``, ``on_run_end``).
 
     Only the process that drives the run logs (rank 0, as in the reference). Each recorder has its
     own ``logging.Logger`` and file, so runs in one process never write into each other's logs.
@@ -101,13 +102,20 @@ class MllogRecorder:
         self._mllog.start(C.EPOCH_START, metadata={C.EPOCH_NUM: 0.0})
         self._epoch_fraction = 0.0
 
-    def on_eval(self, point: Any) -> None:
-        """Log one evaluation; stop the MLPerf clock at the first one that reaches the target."""
+    def on_eval_start(self, step: int, epoch_fraction: float) -> None:
+        """The evaluation after ``step`` steps begins (the runner calls this before it scores, so
+        ``eval_start``/``eval_stop`` bracket the evaluation as in the reference)."""
         if self.status is not None:
             return
-        self._epoch_fraction = float(point.epoch_fraction)
+        self._epoch_fraction = float(epoch_fraction)
+        self._mllog.start(C.EVAL_START, metadata={C.EPOCH_NUM: self._epoch_fraction})
+
+    def on_eval(self, point: Any) -> None:
+        """Log the evaluation's accuracy and its end; stop the MLPerf clock at the first one that
+        reaches the target."""
+        if self.status is not None:
+            return
         meta = {C.EPOCH_NUM: self._epoch_fraction}
-        self._mllog.start(C.EVAL_START, metadata=meta)
         self._mllog.event(C.EVAL_ACCURACY, float(point.auc), metadata=meta)
         self._mllog.end(C.EVAL_STOP, metadata=meta)
         if point.auc >= self.target_auc:
