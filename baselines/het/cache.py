@@ -27,7 +27,7 @@ double-counts its own updates.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -119,6 +119,10 @@ class HetCache:
         dim: embedding width.
         bound: the staleness bound ``s``: a line is pushed once it holds more than ``s`` updates.
         policy: ``lru``, ``lfu`` or ``lfuopt``, one instance per table.
+
+    Table ``t`` owns the lines ``line_offsets[t] .. line_offsets[t+1]-1``: its policy's way ``w`` is
+    line ``line_offsets[t] + w``. Every operation is a few tensor operations per table, none per
+    key, as HET's C++ cache costs little next to the step; see ``policies.py``.
     """
 
     def __init__(
@@ -136,15 +140,16 @@ class HetCache:
         self.dim = dim
         self.bound = bound
         self.offsets = torch.tensor([0, *list(table_sizes)], dtype=torch.int64).cumsum(0)
+        self.line_offsets: list[int] = torch.tensor([0, *capacities]).cumsum(0).tolist()
         self.policies: list[CachePolicy] = [make_policy(policy, c) for c in capacities]
-        lines = sum(capacities)
+        lines = self.line_offsets[-1]
         self.values = torch.zeros(lines, dim)
         self.pending = torch.zeros(lines, dim)
         self.version = torch.full((lines,), -1, dtype=torch.int64)
         self.updates = torch.zeros(lines, dtype=torch.int64)
         self.slot_of = torch.full((int(self.offsets[-1]),), -1, dtype=torch.int64)
-        self._free_slots = list(range(lines - 1, -1, -1))
-        self._evicted: list[tuple[int, torch.Tensor, int]] = []  # dirty lines awaiting a push
+        # dirty evicted lines awaiting a push, as (keys, pending deltas, update counts) chunks
+        self._evicted: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self._open_requests: list[PullRequest] = []
         self.stats: dict[str, int] = {
             k: 0
@@ -167,6 +172,21 @@ class HetCache:
     def _table_of(self, keys: torch.Tensor) -> torch.Tensor:
         return torch.searchsorted(self.offsets, keys, right=True) - 1
 
+    def _by_table(self, keys: torch.Tensor) -> Iterator[tuple[int, torch.Tensor]]:
+        """``(table, positions)`` of ``keys`` for every table they touch, each in the given order.
+
+        HET keeps one cache per table and visits a batch's keys in order, so splitting the batch by
+        table (stably) and handing each part to its table's policy preserves every policy's order.
+        """
+        tables = self._table_of(keys)
+        order = torch.argsort(tables, stable=True)
+        bounds = torch.bincount(tables, minlength=len(self.policies)).cumsum(0).tolist()
+        start = 0
+        for table, end in enumerate(bounds):
+            if end > start:
+                yield table, order[start:end]
+            start = end
+
     # -- read path -------------------------------------------------------------------------
 
     def request(self, keys: torch.Tensor) -> PullRequest:
@@ -175,10 +195,8 @@ class HetCache:
         hit = slots >= 0
         versions = torch.full_like(keys, -1)
         versions[hit] = self.version[slots[hit]]
-        hit_keys = keys[hit]
-        for key, table in zip(hit_keys.tolist(), self._table_of(hit_keys).tolist(), strict=True):
-            self.policies[table].touch(key)
-        misses = len(keys) - len(hit_keys)
+        self._touch(keys[hit], slots[hit])
+        misses = len(keys) - int(hit.sum())
         self.stats["lookups"] += len(keys)
         self.stats["misses"] += misses
         request = PullRequest(
@@ -190,6 +208,11 @@ class HetCache:
         )
         self._open_requests.append(request)
         return request
+
+    def _touch(self, keys: torch.Tensor, slots: torch.Tensor) -> None:
+        """Record hits on the resident ``keys`` (sorted) held in lines ``slots``."""
+        for table, positions in self._by_table(keys):
+            self.policies[table].hit(slots[positions] - self.line_offsets[table])
 
     def install(self, request: PullRequest, reply: PullReply) -> torch.Tensor:
         """Apply the server's reply; return ``[U, d]`` values for every key of the request.
@@ -218,35 +241,40 @@ class HetCache:
         return out
 
     def _insert(self, keys: torch.Tensor, rows: torch.Tensor, versions: torch.Tensor) -> None:
-        placed: dict[int, tuple[int, int]] = {}  # key -> (slot, index into keys)
-        for index, (key, table) in enumerate(
-            zip(keys.tolist(), self._table_of(keys).tolist(), strict=True)
-        ):
-            admission = self.policies[table].insert(key)
-            if admission.victim is not None:
-                self._evict(admission.victim, placed)
-            if not admission.admitted:
-                self.stats["not_admitted"] += 1
-                continue
-            slot = self._free_slots.pop()
-            self.slot_of[key] = slot
-            placed[key] = (slot, index)
-        if placed:
-            slots, indices = (torch.tensor(v) for v in zip(*placed.values(), strict=True))
-            self.values[slots] = rows[indices]
-            self.version[slots] = versions[indices]
-            self.pending[slots] = 0.0
-            self.updates[slots] = 0
+        """Cache the non-resident ``keys`` (as HET would one by one, in the order given)."""
+        placed: list[torch.Tensor] = []  # positions into keys now resident ...
+        slots: list[torch.Tensor] = []  # ... and their lines
+        victims: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        for table, positions in self._by_table(keys):
+            placement = self.policies[table].admit(keys[positions])
+            base = self.line_offsets[table]
+            placed.append(positions[placement.resident])
+            slots.append(placement.ways + base)
+            victims.append((positions[placement.triggers], placement.victims,
+                            placement.victim_ways + base))
+            self.stats["evictions_clean"] += placement.evicted_new  # never updated: clean
+            self.stats["not_admitted"] += placement.refused
+        if not placed:
+            return
+        triggers, victim_keys, victim_slots = (torch.cat(part) for part in zip(*victims, strict=True))
+        in_order = torch.argsort(triggers)  # the order HET evicts them in, across tables
+        self._evict(victim_keys[in_order], victim_slots[in_order])
+        placed_positions, placed_slots = torch.cat(placed), torch.cat(slots)
+        self.slot_of[keys[placed_positions]] = placed_slots
+        self.values[placed_slots] = rows[placed_positions]
+        self.version[placed_slots] = versions[placed_positions]
+        self.pending[placed_slots] = 0.0
+        self.updates[placed_slots] = 0
 
-    def _evict(self, victim: int, placed: dict[int, tuple[int, int]]) -> None:
-        slot = int(self.slot_of[victim])
-        self.slot_of[victim] = -1
-        self._free_slots.append(slot)
-        if placed.pop(victim, None) is None and int(self.updates[slot]) > 0:
-            self._evicted.append((victim, self.pending[slot].clone(), int(self.updates[slot])))
-            self.stats["evictions_dirty"] += 1
-        else:
-            self.stats["evictions_clean"] += 1
+    def _evict(self, keys: torch.Tensor, slots: torch.Tensor) -> None:
+        """Drop evicted lines; queue the dirty ones' pending deltas for the next push."""
+        self.slot_of[keys] = -1
+        dirty = self.updates[slots] > 0
+        dirty_slots = slots[dirty]
+        if len(dirty_slots):
+            self._evicted.append((keys[dirty], self.pending[dirty_slots], self.updates[dirty_slots]))
+        self.stats["evictions_dirty"] += len(dirty_slots)
+        self.stats["evictions_clean"] += len(slots) - len(dirty_slots)
 
     # -- write path ------------------------------------------------------------------------
 
@@ -291,7 +319,7 @@ class HetCache:
                 torch.empty(0, dtype=torch.int64),
             )
         keys, deltas, counts = zip(*self._evicted, strict=True)
-        return torch.tensor(keys), torch.stack(deltas), torch.tensor(counts)
+        return torch.cat(keys), torch.cat(deltas), torch.cat(counts)
 
     def unpushed(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(keys, deltas)`` this worker has applied but not pushed (dirty lines + evicted queue).

@@ -5,9 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from baselines.het.cache import HetCache, PullRequest, table_capacities
+from baselines.het.cache import HetCache, PullReply, PullRequest, PushBatch, table_capacities
 from baselines.het.clocks import VersionedRows, stale_mask
-from baselines.het.policies import LFUOptPolicy, LFUPolicy, LRUPolicy, make_policy
+from baselines.het.policies import CachePolicy, LFUOptPolicy, LFUPolicy, LRUPolicy, make_policy
+from tests.baselines.het_reference import (
+    REFERENCE_POLICIES,
+    ReferenceHetCache,
+    ReferenceLFU,
+    ReferenceLFUOpt,
+    ReferencePolicy,
+)
 
 # -- policies ----------------------------------------------------------------------------------
 
@@ -233,3 +240,132 @@ def test_unpushed_lists_dirty_lines_and_evicted_queue() -> None:
     _write(cache, store, [1], -2.0)  # flushes 0; 1 is dirty now
     keys, deltas = cache.unpushed()
     assert keys.tolist() == [1] and deltas.tolist() == [[-2.0, -2.0]]
+
+
+# -- the tensors against the per-key spec (tests/baselines/het_reference.py) ---------------------
+
+LEVELS = (1, 2, 3, 10)
+
+
+def _policy_pair(name: str, capacity: int, levels: int) -> tuple[CachePolicy, ReferencePolicy]:
+    if name == "lfuopt":
+        return LFUOptPolicy(capacity, levels=levels), ReferenceLFUOpt(capacity, levels=levels)
+    return make_policy(name, capacity), REFERENCE_POLICIES[name](capacity)
+
+
+def _reference_admit(policy: ReferencePolicy, keys: list[int]) -> tuple[list[int], list[int], int, int]:
+    """Insert ``keys`` one by one: (old victims, their trigger indices, new keys evicted, refused)."""
+    victims: list[int] = []
+    triggers: list[int] = []
+    refused = 0
+    for index, key in enumerate(keys):
+        admission = policy.insert(key)
+        refused += not admission.admitted
+        if admission.victim is not None and admission.victim not in keys:
+            victims.append(admission.victim)
+            triggers.append(index)
+    evicted_new = len(keys) - refused - len(set(keys) & policy.keys())
+    return victims, triggers, evicted_new, refused
+
+
+def _unpinned_counts(policy: CachePolicy) -> dict[int, int]:
+    live = ~policy.pinned[: policy.size]
+    return dict(zip(policy.keys[: policy.size][live].tolist(),
+                    policy.counts[: policy.size][live].tolist(), strict=True))
+
+
+@pytest.mark.parametrize("name", ["lru", "lfu", "lfuopt"])
+def test_batched_policy_matches_one_key_at_a_time(name: str) -> None:
+    """Hits and inserts of a batch at once = HET's one by one, victims in order included."""
+    rng = torch.Generator().manual_seed(7)
+    for trial in range(40):
+        capacity = trial % 6
+        policy, reference = _policy_pair(name, capacity, LEVELS[trial % len(LEVELS)])
+        for _ in range(20):
+            draw = torch.rand(int(torch.randint(1, 10, (1,), generator=rng)), generator=rng)
+            batch = torch.unique((16 * draw**2).long()).tolist()
+            hits = [k for k in batch if k in reference.keys()]
+            misses = [batch[i] for i in torch.randperm(len(batch), generator=rng).tolist()
+                      if batch[i] not in hits]
+            for key in hits:
+                reference.touch(key)
+            policy.hit(torch.tensor([int(policy._way_of(k)) for k in hits], dtype=torch.int64))
+            victims, triggers, evicted_new, refused = _reference_admit(reference, misses)
+            placement = policy.admit(torch.tensor(misses, dtype=torch.int64))
+            assert placement.victims.tolist() == victims
+            assert placement.triggers.tolist() == triggers
+            assert (placement.evicted_new, placement.refused) == (evicted_new, refused)
+            assert set(policy.keys[: policy.size].tolist()) == reference.keys()
+            assert policy.permanent == reference.permanent
+            if name != "lru":
+                assert isinstance(reference, ReferenceLFU | ReferenceLFUOpt)
+                assert _unpinned_counts(policy) == reference.counts.count_of
+
+
+def _sharded_pull(store: VersionedRows, request: PullRequest, bound: int) -> PullReply:
+    """A pull answered by two shards (``key % 2``), as the trainer joins it: not in key order."""
+    reply = store.pull(request.keys, request.local_versions, bound)
+    order = torch.argsort(request.keys[reply.positions] % 2, stable=True)
+    return PullReply(reply.positions[order], reply.rows[order], reply.versions[order])
+
+
+def _same_push(got: PushBatch, want: PushBatch) -> None:
+    assert got.rows_by_trigger == want.rows_by_trigger
+    assert torch.equal(got.keys, want.keys) and torch.equal(got.counts, want.counts)
+    assert torch.equal(got.deltas, want.deltas)
+
+
+def _same_cache(got: HetCache, want: ReferenceHetCache) -> None:
+    assert got.stats == want.stats
+    assert torch.equal(got.resident_keys(), want.resident_keys())
+    resident = got.resident_keys()
+    assert torch.equal(got.values[got.slot_of[resident]], want.values[want.slot_of[resident]])
+    assert torch.equal(got.version[got.slot_of[resident]], want.version[want.slot_of[resident]])
+    for policy, reference in zip(got.policies, want.reference, strict=True):
+        assert policy.permanent == reference.permanent
+    (got_keys, got_deltas), (want_keys, want_deltas) = got.unpushed(), want.unpushed()
+    got_order, want_order = torch.argsort(got_keys), torch.argsort(want_keys)
+    assert torch.equal(got_keys[got_order], want_keys[want_order])
+    assert torch.equal(got_deltas[got_order], want_deltas[want_order])
+
+
+def _random_keys(rng: torch.Generator, rows: int) -> torch.Tensor:
+    draw = torch.rand(int(torch.randint(1, 14, (1,), generator=rng)), generator=rng)
+    return torch.unique((rows * draw**3).long())
+
+
+@pytest.mark.parametrize("name", ["lru", "lfu", "lfuopt"])
+def test_vectorised_cache_matches_per_key_reference(name: str) -> None:
+    """Random streams through small caches with prefetch, another worker's pushes, evictions and
+    pinned lines: every read, push, residency, victim count and unpushed delta as the spec's."""
+    rng = torch.Generator().manual_seed(11)
+    sizes = [7, 12, 3, 20]
+    for trial in range(8):
+        capacities = [int(torch.randint(0, 5, (1,), generator=rng)) for _ in sizes]
+        bound = trial % 3
+        caches = (HetCache(sizes, capacities, 2, bound, name),
+                  ReferenceHetCache(sizes, capacities, 2, bound, name))
+        if name == "lfuopt":
+            levels = LEVELS[trial % len(LEVELS)]
+            caches[0].policies = [LFUOptPolicy(c, levels=levels) for c in capacities]
+            caches[1].reference = [ReferenceLFUOpt(c, levels=levels) for c in capacities]
+        stores = [VersionedRows(torch.zeros(sum(sizes), 2)) for _ in caches]
+        keys = _random_keys(rng, sum(sizes))
+        requests = [cache.request(keys) for cache in caches]
+        replies = [_sharded_pull(s, r, bound) for s, r in zip(stores, requests, strict=True)]
+        for _ in range(30):
+            values = [c.install(r, p) for c, r, p in zip(caches, requests, replies, strict=True)]
+            assert torch.equal(values[0], values[1])
+            next_keys = _random_keys(rng, sum(sizes))
+            requests = [cache.request(next_keys) for cache in caches]
+            assert torch.equal(requests[0].local_versions, requests[1].local_versions)
+            replies = [_sharded_pull(s, r, bound) for s, r in zip(stores, requests, strict=True)]
+            deltas = torch.randn(len(keys), 2, generator=rng)
+            pushes = [cache.update(keys, deltas) for cache in caches]
+            _same_push(pushes[0], pushes[1])
+            other = _random_keys(rng, sum(sizes))  # another worker's pushes
+            for store, push in zip(stores, pushes, strict=True):
+                store.push(push.keys, push.deltas, push.counts)
+                store.push(other, torch.ones(len(other), 2), torch.ones_like(other))
+            _same_cache(*caches)
+            keys = next_keys
