@@ -27,12 +27,12 @@ double-counts its own updates.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from baselines.het.policies import CachePolicy, make_policy
+from baselines.het.policies import TablePolicies, make_policy
 
 __all__ = ["HetCache", "PullReply", "PullRequest", "PushBatch", "table_capacities"]
 
@@ -55,8 +55,9 @@ class PullRequest:
         """Record ``push`` (sent after this request) for the keys it shares with this request."""
         if not len(push.keys) or not len(self.keys):
             return
-        shared = torch.isin(push.keys, self.keys)
-        positions = torch.searchsorted(self.keys, push.keys[shared])
+        positions = torch.searchsorted(self.keys, push.keys).clamp(max=len(self.keys) - 1)
+        shared = self.keys[positions] == push.keys
+        positions = positions[shared]
         self.pushed_delta.index_add_(0, positions, push.deltas[shared])
         self.pushed_count.index_add_(0, positions, push.counts[shared])
 
@@ -120,9 +121,9 @@ class HetCache:
         bound: the staleness bound ``s``: a line is pushed once it holds more than ``s`` updates.
         policy: ``lru``, ``lfu`` or ``lfuopt``, one instance per table.
 
-    Table ``t`` owns the lines ``line_offsets[t] .. line_offsets[t+1]-1``: its policy's way ``w`` is
-    line ``line_offsets[t] + w``. Every operation is a few tensor operations per table, none per
-    key, as HET's C++ cache costs little next to the step; see ``policies.py``.
+    Cache lines are the policies' lines (``policies.state``: table t owns a block of ``capacities[t]``
+    of them). No operation loops over keys in Python: like HET's C++ cache, this one must cost little
+    next to a training step, or HET would look slow for a reason of ours (see ``policies.py``).
     """
 
     def __init__(
@@ -140,9 +141,8 @@ class HetCache:
         self.dim = dim
         self.bound = bound
         self.offsets = torch.tensor([0, *list(table_sizes)], dtype=torch.int64).cumsum(0)
-        self.line_offsets: list[int] = torch.tensor([0, *capacities]).cumsum(0).tolist()
-        self.policies: list[CachePolicy] = [make_policy(policy, c) for c in capacities]
-        lines = self.line_offsets[-1]
+        self.policies = TablePolicies([make_policy(policy, c) for c in capacities])
+        lines = sum(capacities)
         self.values = torch.zeros(lines, dim)
         self.pending = torch.zeros(lines, dim)
         self.version = torch.full((lines,), -1, dtype=torch.int64)
@@ -169,23 +169,15 @@ class HetCache:
     def resident_keys(self) -> torch.Tensor:
         return torch.nonzero(self.slot_of >= 0).flatten()
 
+    def key_of_slot(self) -> torch.Tensor:
+        """The key on each line (``-1``: empty)."""
+        resident = self.resident_keys()
+        key_of_slot = torch.full((self.capacity,), -1, dtype=torch.int64)
+        key_of_slot[self.slot_of[resident]] = resident
+        return key_of_slot
+
     def _table_of(self, keys: torch.Tensor) -> torch.Tensor:
         return torch.searchsorted(self.offsets, keys, right=True) - 1
-
-    def _by_table(self, keys: torch.Tensor) -> Iterator[tuple[int, torch.Tensor]]:
-        """``(table, positions)`` of ``keys`` for every table they touch, each in the given order.
-
-        HET keeps one cache per table and visits a batch's keys in order, so splitting the batch by
-        table (stably) and handing each part to its table's policy preserves every policy's order.
-        """
-        tables = self._table_of(keys)
-        order = torch.argsort(tables, stable=True)
-        bounds = torch.bincount(tables, minlength=len(self.policies)).cumsum(0).tolist()
-        start = 0
-        for table, end in enumerate(bounds):
-            if end > start:
-                yield table, order[start:end]
-            start = end
 
     # -- read path -------------------------------------------------------------------------
 
@@ -195,7 +187,7 @@ class HetCache:
         hit = slots >= 0
         versions = torch.full_like(keys, -1)
         versions[hit] = self.version[slots[hit]]
-        self._touch(keys[hit], slots[hit])
+        self._touch(slots[hit])
         misses = len(keys) - int(hit.sum())
         self.stats["lookups"] += len(keys)
         self.stats["misses"] += misses
@@ -209,10 +201,9 @@ class HetCache:
         self._open_requests.append(request)
         return request
 
-    def _touch(self, keys: torch.Tensor, slots: torch.Tensor) -> None:
-        """Record hits on the resident ``keys`` (sorted) held in lines ``slots``."""
-        for table, positions in self._by_table(keys):
-            self.policies[table].hit(slots[positions] - self.line_offsets[table])
+    def _touch(self, slots: torch.Tensor) -> None:
+        """Record hits on the lines ``slots``, given in key order (the order HET visits them)."""
+        self.policies.state.hit(slots)
 
     def install(self, request: PullRequest, reply: PullReply) -> torch.Tensor:
         """Apply the server's reply; return ``[U, d]`` values for every key of the request.
@@ -233,38 +224,28 @@ class HetCache:
         out = torch.empty(len(request.keys), self.dim)
         hit = slots >= 0
         out[hit] = self.values[slots[hit]]
-        miss_positions = reply.positions[~cached]
+        missed = ~cached
+        miss_positions, miss_rows = reply.positions[missed], fresh_rows[missed]
         if len(miss_positions) != int((~hit).sum()):
             raise RuntimeError("het server did not return every row this worker does not cache")
-        out[miss_positions] = fresh_rows[~cached]
-        self._insert(request.keys[miss_positions], fresh_rows[~cached], fresh_versions[~cached])
+        out[miss_positions] = miss_rows
+        self._insert(request.keys[miss_positions], miss_rows, fresh_versions[missed])
         return out
 
     def _insert(self, keys: torch.Tensor, rows: torch.Tensor, versions: torch.Tensor) -> None:
         """Cache the non-resident ``keys`` (as HET would one by one, in the order given)."""
-        placed: list[torch.Tensor] = []  # positions into keys now resident ...
-        slots: list[torch.Tensor] = []  # ... and their lines
-        victims: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-        for table, positions in self._by_table(keys):
-            placement = self.policies[table].admit(keys[positions])
-            base = self.line_offsets[table]
-            placed.append(positions[placement.resident])
-            slots.append(placement.ways + base)
-            victims.append((positions[placement.triggers], placement.victims,
-                            placement.victim_ways + base))
-            self.stats["evictions_clean"] += placement.evicted_new  # never updated: clean
-            self.stats["not_admitted"] += placement.refused
-        if not placed:
+        if not len(keys):
             return
-        triggers, victim_keys, victim_slots = (torch.cat(part) for part in zip(*victims, strict=True))
-        in_order = torch.argsort(triggers)  # the order HET evicts them in, across tables
-        self._evict(victim_keys[in_order], victim_slots[in_order])
-        placed_positions, placed_slots = torch.cat(placed), torch.cat(slots)
-        self.slot_of[keys[placed_positions]] = placed_slots
-        self.values[placed_slots] = rows[placed_positions]
-        self.version[placed_slots] = versions[placed_positions]
-        self.pending[placed_slots] = 0.0
-        self.updates[placed_slots] = 0
+        placement = self.policies.state.admit(keys, self._table_of(keys))
+        self.stats["evictions_clean"] += placement.evicted_new  # never updated: clean
+        self.stats["not_admitted"] += placement.refused
+        self._evict(placement.victims, placement.victim_lines)
+        slots = placement.lines
+        self.slot_of[keys[placement.resident]] = slots
+        self.values[slots] = rows[placement.resident]
+        self.version[slots] = versions[placement.resident]
+        self.pending[slots] = 0.0
+        self.updates[slots] = 0
 
     def _evict(self, keys: torch.Tensor, slots: torch.Tensor) -> None:
         """Drop evicted lines; queue the dirty ones' pending deltas for the next push."""
@@ -272,7 +253,9 @@ class HetCache:
         dirty = self.updates[slots] > 0
         dirty_slots = slots[dirty]
         if len(dirty_slots):
-            self._evicted.append((keys[dirty], self.pending[dirty_slots], self.updates[dirty_slots]))
+            self._evicted.append(
+                (keys[dirty], self.pending[dirty_slots], self.updates[dirty_slots])
+            )
         self.stats["evictions_dirty"] += len(dirty_slots)
         self.stats["evictions_clean"] += len(slots) - len(dirty_slots)
 
@@ -288,16 +271,15 @@ class HetCache:
         """
         slots = self.slot_of[keys]
         cached = slots >= 0
-        touched = slots[cached]
-        self.values[touched] += deltas[cached]
-        self.pending[touched] += deltas[cached]
-        self.updates[touched] += 1
-        is_due = self.updates[touched] > self.bound
-        due = touched[is_due]
-        parts = [
-            ("bound", keys[cached][is_due], self.pending[due].clone(), self.updates[due].clone())
-        ]
-        self.version[due] += self.updates[due]
+        touched, touched_deltas = slots[cached], deltas[cached]
+        self.values.index_add_(0, touched, touched_deltas)
+        self.pending.index_add_(0, touched, touched_deltas)
+        updates = self.updates[touched] + 1
+        self.updates[touched] = updates
+        is_due = updates > self.bound
+        due, due_updates = touched[is_due], updates[is_due]
+        parts = [("bound", keys[cached][is_due], self.pending[due], due_updates)]
+        self.version.index_add_(0, due, due_updates)
         self.updates[due] = 0
         self.pending[due] = 0.0
         parts.append(("eviction", *self._evicted_tensors()))
@@ -328,11 +310,8 @@ class HetCache:
         what ``full_state`` materialises without forcing a push that would change the run.
         """
         dirty = torch.nonzero(self.updates > 0).flatten()
-        resident = self.resident_keys()
-        key_of_slot = torch.full((self.capacity,), -1, dtype=torch.int64)
-        key_of_slot[self.slot_of[resident]] = resident
         evicted_keys, evicted_deltas, _ = self._evicted_tensors()
         return (
-            torch.cat([key_of_slot[dirty], evicted_keys]),
+            torch.cat([self.key_of_slot()[dirty], evicted_keys]),
             torch.cat([self.pending[dirty], evicted_deltas]),
         )

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -30,7 +29,7 @@ class ReferencePolicy(ABC):
         self.capacity = capacity
 
     @abstractmethod
-    def keys(self) -> set[int]:
+    def resident(self) -> set[int]:
         """The resident keys."""
 
     @abstractmethod
@@ -55,7 +54,7 @@ class ReferenceLRU(ReferencePolicy):
         super().__init__(capacity)
         self._order: OrderedDict[int, None] = OrderedDict()
 
-    def keys(self) -> set[int]:
+    def resident(self) -> set[int]:
         return set(self._order)
 
     def touch(self, key: int) -> None:
@@ -106,7 +105,7 @@ class ReferenceLFU(ReferencePolicy):
         super().__init__(capacity)
         self.counts = _CountBuckets()
 
-    def keys(self) -> set[int]:
+    def resident(self) -> set[int]:
         return set(self.counts.count_of)
 
     def touch(self, key: int) -> None:
@@ -137,7 +136,7 @@ class ReferenceLFUOpt(ReferencePolicy):
     def permanent(self) -> set[int]:
         return set(self.pinned)
 
-    def keys(self) -> set[int]:
+    def resident(self) -> set[int]:
         return self.pinned | set(self.counts.count_of)
 
     def touch(self, key: int) -> None:
@@ -173,19 +172,14 @@ class ReferenceHetCache(HetCache):
     from :class:`HetCache`'s; everything observable through keys must not.
     """
 
-    def __init__(
-        self,
-        table_sizes: Sequence[int],
-        capacities: Sequence[int],
-        dim: int,
-        bound: int,
-        policy: str,
-    ) -> None:
-        super().__init__(table_sizes, capacities, dim, bound, policy)
-        self.reference: list[ReferencePolicy] = [REFERENCE_POLICIES[policy](c) for c in capacities]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Arguments as :class:`HetCache`'s; each table gets the reference twin of its policy."""
+        super().__init__(*args, **kwargs)
+        self.reference = [REFERENCE_POLICIES[p.name](p.capacity) for p in self.policies]
         self._free_slots = list(range(self.capacity - 1, -1, -1))
 
-    def _touch(self, keys: torch.Tensor, slots: torch.Tensor) -> None:
+    def _touch(self, slots: torch.Tensor) -> None:
+        keys = self.key_of_slot()[slots]
         for key, table in zip(keys.tolist(), self._table_of(keys).tolist(), strict=True):
             self.reference[table].touch(key)
 
@@ -216,8 +210,11 @@ class ReferenceHetCache(HetCache):
         self._free_slots.append(slot)
         if placed.pop(victim, None) is None and int(self.updates[slot]) > 0:
             self._evicted.append(
-                (torch.tensor([victim]), self.pending[slot : slot + 1].clone(),
-                 self.updates[slot : slot + 1].clone())
+                (
+                    torch.tensor([victim]),
+                    self.pending[slot : slot + 1].clone(),
+                    self.updates[slot : slot + 1].clone(),
+                )
             )
             self.stats["evictions_dirty"] += 1
         else:

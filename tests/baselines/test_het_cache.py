@@ -7,7 +7,14 @@ import torch
 
 from baselines.het.cache import HetCache, PullReply, PullRequest, PushBatch, table_capacities
 from baselines.het.clocks import VersionedRows, stale_mask
-from baselines.het.policies import CachePolicy, LFUOptPolicy, LFUPolicy, LRUPolicy, make_policy
+from baselines.het.policies import (
+    CachePolicy,
+    LFUOptPolicy,
+    LFUPolicy,
+    LRUPolicy,
+    TablePolicies,
+    make_policy,
+)
 from tests.baselines.het_reference import (
     REFERENCE_POLICIES,
     ReferenceHetCache,
@@ -253,53 +260,67 @@ def _policy_pair(name: str, capacity: int, levels: int) -> tuple[CachePolicy, Re
     return make_policy(name, capacity), REFERENCE_POLICIES[name](capacity)
 
 
-def _reference_admit(policy: ReferencePolicy, keys: list[int]) -> tuple[list[int], list[int], int, int]:
+def _reference_admit(
+    references: list[ReferencePolicy], keys: list[int], tables: list[int]
+) -> tuple[list[int], list[int], int, int]:
     """Insert ``keys`` one by one: (old victims, their trigger indices, new keys evicted, refused)."""
     victims: list[int] = []
     triggers: list[int] = []
     refused = 0
-    for index, key in enumerate(keys):
-        admission = policy.insert(key)
+    for index, (key, table) in enumerate(zip(keys, tables, strict=True)):
+        admission = references[table].insert(key)
         refused += not admission.admitted
         if admission.victim is not None and admission.victim not in keys:
             victims.append(admission.victim)
             triggers.append(index)
-    evicted_new = len(keys) - refused - len(set(keys) & policy.keys())
-    return victims, triggers, evicted_new, refused
+    resident = set().union(*(r.resident() for r in references))
+    return victims, triggers, len(keys) - refused - len(set(keys) & resident), refused
 
 
-def _unpinned_counts(policy: CachePolicy) -> dict[int, int]:
-    live = ~policy.pinned[: policy.size]
-    return dict(zip(policy.keys[: policy.size][live].tolist(),
-                    policy.counts[: policy.size][live].tolist(), strict=True))
+def _counts(policy: CachePolicy) -> dict[int, int]:
+    """LFU counts / LFUOpt levels of the table's unpinned keys."""
+    lines = policy.state.table_lines(policy.table)
+    live = ~policy.state.pinned[lines]
+    keys, counts = policy.state.keys[lines][live], policy.state.counts[lines][live]
+    return dict(zip(keys.tolist(), counts.tolist(), strict=True))
 
 
-@pytest.mark.parametrize("name", ["lru", "lfu", "lfuopt"])
-def test_batched_policy_matches_one_key_at_a_time(name: str) -> None:
-    """Hits and inserts of a batch at once = HET's one by one, victims in order included."""
+def test_batched_policies_match_one_key_at_a_time() -> None:
+    """Hits and inserts of a batch over tables of every policy at once = HET's one key at a time
+    in batch order, each table on its own: victims (in order), their triggers, residency, counts."""
     rng = torch.Generator().manual_seed(7)
+    names = ["lru", "lfu", "lfuopt"]
     for trial in range(40):
-        capacity = trial % 6
-        policy, reference = _policy_pair(name, capacity, LEVELS[trial % len(LEVELS)])
+        pairs = [
+            _policy_pair(names[(trial + t) % 3], (trial + 2 * t) % 6, LEVELS[(trial + t) % 4])
+            for t in range(3)
+        ]
+        state = TablePolicies([policy for policy, _ in pairs]).state
+        references = [reference for _, reference in pairs]
         for _ in range(20):
-            draw = torch.rand(int(torch.randint(1, 10, (1,), generator=rng)), generator=rng)
-            batch = torch.unique((16 * draw**2).long()).tolist()
-            hits = [k for k in batch if k in reference.keys()]
-            misses = [batch[i] for i in torch.randperm(len(batch), generator=rng).tolist()
-                      if batch[i] not in hits]
+            draw = torch.rand(int(torch.randint(1, 16, (1,), generator=rng)), generator=rng)
+            batch = torch.unique((48 * draw**2).long()).tolist()  # table = key // 16
+            hits = [k for k in batch if k in references[k // 16].resident()]
             for key in hits:
-                reference.touch(key)
-            policy.hit(torch.tensor([int(policy._way_of(k)) for k in hits], dtype=torch.int64))
-            victims, triggers, evicted_new, refused = _reference_admit(reference, misses)
-            placement = policy.admit(torch.tensor(misses, dtype=torch.int64))
+                references[key // 16].touch(key)
+            hit_lines = [state.line_of(k // 16, k) for k in hits]
+            state.hit(torch.cat(hit_lines) if hit_lines else torch.empty(0, dtype=torch.int64))
+            shuffled = [batch[i] for i in torch.randperm(len(batch), generator=rng).tolist()]
+            misses = [k for k in shuffled if k not in hits]  # in no particular order
+            tables = [k // 16 for k in misses]
+            victims, triggers, evicted_new, refused = _reference_admit(references, misses, tables)
+            placement = state.admit(
+                torch.tensor(misses, dtype=torch.int64), torch.tensor(tables, dtype=torch.int64)
+            )
             assert placement.victims.tolist() == victims
             assert placement.triggers.tolist() == triggers
             assert (placement.evicted_new, placement.refused) == (evicted_new, refused)
-            assert set(policy.keys[: policy.size].tolist()) == reference.keys()
-            assert policy.permanent == reference.permanent
-            if name != "lru":
-                assert isinstance(reference, ReferenceLFU | ReferenceLFUOpt)
-                assert _unpinned_counts(policy) == reference.counts.count_of
+            for (policy, _), reference in zip(pairs, references, strict=True):
+                lines = state.table_lines(policy.table)
+                assert set(state.keys[lines].tolist()) == reference.resident()
+                assert policy.permanent == reference.permanent
+                if isinstance(reference, ReferenceLFU | ReferenceLFUOpt):
+                    assert _counts(policy) == reference.counts.count_of
 
 
 def _sharded_pull(store: VersionedRows, request: PullRequest, bound: int) -> PullReply:
@@ -343,11 +364,14 @@ def test_vectorised_cache_matches_per_key_reference(name: str) -> None:
     for trial in range(8):
         capacities = [int(torch.randint(0, 5, (1,), generator=rng)) for _ in sizes]
         bound = trial % 3
-        caches = (HetCache(sizes, capacities, 2, bound, name),
-                  ReferenceHetCache(sizes, capacities, 2, bound, name))
+        caches = (
+            HetCache(sizes, capacities, 2, bound, name),
+            ReferenceHetCache(sizes, capacities, 2, bound, name),
+        )
         if name == "lfuopt":
             levels = LEVELS[trial % len(LEVELS)]
-            caches[0].policies = [LFUOptPolicy(c, levels=levels) for c in capacities]
+            for table, capacity in enumerate(capacities):
+                caches[0].policies[table] = LFUOptPolicy(capacity, levels=levels)
             caches[1].reference = [ReferenceLFUOpt(c, levels=levels) for c in capacities]
         stores = [VersionedRows(torch.zeros(sum(sizes), 2)) for _ in caches]
         keys = _random_keys(rng, sum(sizes))
