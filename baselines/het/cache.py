@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from baselines.het.policies import CachePolicy, make_policy
+from baselines.het.policies import TablePolicies, make_policy
 
 __all__ = ["HetCache", "PullReply", "PullRequest", "PushBatch", "table_capacities"]
 
@@ -55,8 +55,9 @@ class PullRequest:
         """Record ``push`` (sent after this request) for the keys it shares with this request."""
         if not len(push.keys) or not len(self.keys):
             return
-        shared = torch.isin(push.keys, self.keys)
-        positions = torch.searchsorted(self.keys, push.keys[shared])
+        positions = torch.searchsorted(self.keys, push.keys).clamp(max=len(self.keys) - 1)
+        shared = self.keys[positions] == push.keys
+        positions = positions[shared]
         self.pushed_delta.index_add_(0, positions, push.deltas[shared])
         self.pushed_count.index_add_(0, positions, push.counts[shared])
 
@@ -119,6 +120,10 @@ class HetCache:
         dim: embedding width.
         bound: the staleness bound ``s``: a line is pushed once it holds more than ``s`` updates.
         policy: ``lru``, ``lfu`` or ``lfuopt``, one instance per table.
+
+    Cache lines are the policies' lines (``policies.state``: table t owns a block of ``capacities[t]``
+    of them). No operation loops over keys in Python: like HET's C++ cache, this one must cost little
+    next to a training step, or HET would look slow for a reason of ours (see ``policies.py``).
     """
 
     def __init__(
@@ -136,15 +141,15 @@ class HetCache:
         self.dim = dim
         self.bound = bound
         self.offsets = torch.tensor([0, *list(table_sizes)], dtype=torch.int64).cumsum(0)
-        self.policies: list[CachePolicy] = [make_policy(policy, c) for c in capacities]
+        self.policies = TablePolicies([make_policy(policy, c) for c in capacities])
         lines = sum(capacities)
         self.values = torch.zeros(lines, dim)
         self.pending = torch.zeros(lines, dim)
         self.version = torch.full((lines,), -1, dtype=torch.int64)
         self.updates = torch.zeros(lines, dtype=torch.int64)
         self.slot_of = torch.full((int(self.offsets[-1]),), -1, dtype=torch.int64)
-        self._free_slots = list(range(lines - 1, -1, -1))
-        self._evicted: list[tuple[int, torch.Tensor, int]] = []  # dirty lines awaiting a push
+        # dirty evicted lines awaiting a push, as (keys, pending deltas, update counts) chunks
+        self._evicted: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self._open_requests: list[PullRequest] = []
         self.stats: dict[str, int] = {
             k: 0
@@ -164,6 +169,13 @@ class HetCache:
     def resident_keys(self) -> torch.Tensor:
         return torch.nonzero(self.slot_of >= 0).flatten()
 
+    def key_of_slot(self) -> torch.Tensor:
+        """The key on each line (``-1``: empty)."""
+        resident = self.resident_keys()
+        key_of_slot = torch.full((self.capacity,), -1, dtype=torch.int64)
+        key_of_slot[self.slot_of[resident]] = resident
+        return key_of_slot
+
     def _table_of(self, keys: torch.Tensor) -> torch.Tensor:
         return torch.searchsorted(self.offsets, keys, right=True) - 1
 
@@ -175,10 +187,8 @@ class HetCache:
         hit = slots >= 0
         versions = torch.full_like(keys, -1)
         versions[hit] = self.version[slots[hit]]
-        hit_keys = keys[hit]
-        for key, table in zip(hit_keys.tolist(), self._table_of(hit_keys).tolist(), strict=True):
-            self.policies[table].touch(key)
-        misses = len(keys) - len(hit_keys)
+        self._touch(slots[hit])
+        misses = len(keys) - int(hit.sum())
         self.stats["lookups"] += len(keys)
         self.stats["misses"] += misses
         request = PullRequest(
@@ -190,6 +200,10 @@ class HetCache:
         )
         self._open_requests.append(request)
         return request
+
+    def _touch(self, slots: torch.Tensor) -> None:
+        """Record hits on the lines ``slots``, given in key order (the order HET visits them)."""
+        self.policies.state.hit(slots)
 
     def install(self, request: PullRequest, reply: PullReply) -> torch.Tensor:
         """Apply the server's reply; return ``[U, d]`` values for every key of the request.
@@ -210,43 +224,40 @@ class HetCache:
         out = torch.empty(len(request.keys), self.dim)
         hit = slots >= 0
         out[hit] = self.values[slots[hit]]
-        miss_positions = reply.positions[~cached]
+        missed = ~cached
+        miss_positions, miss_rows = reply.positions[missed], fresh_rows[missed]
         if len(miss_positions) != int((~hit).sum()):
             raise RuntimeError("het server did not return every row this worker does not cache")
-        out[miss_positions] = fresh_rows[~cached]
-        self._insert(request.keys[miss_positions], fresh_rows[~cached], fresh_versions[~cached])
+        out[miss_positions] = miss_rows
+        self._insert(request.keys[miss_positions], miss_rows, fresh_versions[missed])
         return out
 
     def _insert(self, keys: torch.Tensor, rows: torch.Tensor, versions: torch.Tensor) -> None:
-        placed: dict[int, tuple[int, int]] = {}  # key -> (slot, index into keys)
-        for index, (key, table) in enumerate(
-            zip(keys.tolist(), self._table_of(keys).tolist(), strict=True)
-        ):
-            admission = self.policies[table].insert(key)
-            if admission.victim is not None:
-                self._evict(admission.victim, placed)
-            if not admission.admitted:
-                self.stats["not_admitted"] += 1
-                continue
-            slot = self._free_slots.pop()
-            self.slot_of[key] = slot
-            placed[key] = (slot, index)
-        if placed:
-            slots, indices = (torch.tensor(v) for v in zip(*placed.values(), strict=True))
-            self.values[slots] = rows[indices]
-            self.version[slots] = versions[indices]
-            self.pending[slots] = 0.0
-            self.updates[slots] = 0
+        """Cache the non-resident ``keys`` (as HET would one by one, in the order given)."""
+        if not len(keys):
+            return
+        placement = self.policies.state.admit(keys, self._table_of(keys))
+        self.stats["evictions_clean"] += placement.evicted_new  # never updated: clean
+        self.stats["not_admitted"] += placement.refused
+        self._evict(placement.victims, placement.victim_lines)
+        slots = placement.lines
+        self.slot_of[keys[placement.resident]] = slots
+        self.values[slots] = rows[placement.resident]
+        self.version[slots] = versions[placement.resident]
+        self.pending[slots] = 0.0
+        self.updates[slots] = 0
 
-    def _evict(self, victim: int, placed: dict[int, tuple[int, int]]) -> None:
-        slot = int(self.slot_of[victim])
-        self.slot_of[victim] = -1
-        self._free_slots.append(slot)
-        if placed.pop(victim, None) is None and int(self.updates[slot]) > 0:
-            self._evicted.append((victim, self.pending[slot].clone(), int(self.updates[slot])))
-            self.stats["evictions_dirty"] += 1
-        else:
-            self.stats["evictions_clean"] += 1
+    def _evict(self, keys: torch.Tensor, slots: torch.Tensor) -> None:
+        """Drop evicted lines; queue the dirty ones' pending deltas for the next push."""
+        self.slot_of[keys] = -1
+        dirty = self.updates[slots] > 0
+        dirty_slots = slots[dirty]
+        if len(dirty_slots):
+            self._evicted.append(
+                (keys[dirty], self.pending[dirty_slots], self.updates[dirty_slots])
+            )
+        self.stats["evictions_dirty"] += len(dirty_slots)
+        self.stats["evictions_clean"] += len(slots) - len(dirty_slots)
 
     # -- write path ------------------------------------------------------------------------
 
@@ -260,16 +271,15 @@ class HetCache:
         """
         slots = self.slot_of[keys]
         cached = slots >= 0
-        touched = slots[cached]
-        self.values[touched] += deltas[cached]
-        self.pending[touched] += deltas[cached]
-        self.updates[touched] += 1
-        is_due = self.updates[touched] > self.bound
-        due = touched[is_due]
-        parts = [
-            ("bound", keys[cached][is_due], self.pending[due].clone(), self.updates[due].clone())
-        ]
-        self.version[due] += self.updates[due]
+        touched, touched_deltas = slots[cached], deltas[cached]
+        self.values.index_add_(0, touched, touched_deltas)
+        self.pending.index_add_(0, touched, touched_deltas)
+        updates = self.updates[touched] + 1
+        self.updates[touched] = updates
+        is_due = updates > self.bound
+        due, due_updates = touched[is_due], updates[is_due]
+        parts = [("bound", keys[cached][is_due], self.pending[due], due_updates)]
+        self.version.index_add_(0, due, due_updates)
         self.updates[due] = 0
         self.pending[due] = 0.0
         parts.append(("eviction", *self._evicted_tensors()))
@@ -291,7 +301,7 @@ class HetCache:
                 torch.empty(0, dtype=torch.int64),
             )
         keys, deltas, counts = zip(*self._evicted, strict=True)
-        return torch.tensor(keys), torch.stack(deltas), torch.tensor(counts)
+        return torch.cat(keys), torch.cat(deltas), torch.cat(counts)
 
     def unpushed(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(keys, deltas)`` this worker has applied but not pushed (dirty lines + evicted queue).
@@ -300,11 +310,8 @@ class HetCache:
         what ``full_state`` materialises without forcing a push that would change the run.
         """
         dirty = torch.nonzero(self.updates > 0).flatten()
-        resident = self.resident_keys()
-        key_of_slot = torch.full((self.capacity,), -1, dtype=torch.int64)
-        key_of_slot[self.slot_of[resident]] = resident
         evicted_keys, evicted_deltas, _ = self._evicted_tensors()
         return (
-            torch.cat([key_of_slot[dirty], evicted_keys]),
+            torch.cat([self.key_of_slot()[dirty], evicted_keys]),
             torch.cat([self.pending[dirty], evicted_deltas]),
         )

@@ -5,9 +5,23 @@ from __future__ import annotations
 import pytest
 import torch
 
-from baselines.het.cache import HetCache, PullRequest, table_capacities
+from baselines.het.cache import HetCache, PullReply, PullRequest, PushBatch, table_capacities
 from baselines.het.clocks import VersionedRows, stale_mask
-from baselines.het.policies import LFUOptPolicy, LFUPolicy, LRUPolicy, make_policy
+from baselines.het.policies import (
+    CachePolicy,
+    LFUOptPolicy,
+    LFUPolicy,
+    LRUPolicy,
+    TablePolicies,
+    make_policy,
+)
+from tests.baselines.het_reference import (
+    REFERENCE_POLICIES,
+    ReferenceHetCache,
+    ReferenceLFU,
+    ReferenceLFUOpt,
+    ReferencePolicy,
+)
 
 # -- policies ----------------------------------------------------------------------------------
 
@@ -233,3 +247,149 @@ def test_unpushed_lists_dirty_lines_and_evicted_queue() -> None:
     _write(cache, store, [1], -2.0)  # flushes 0; 1 is dirty now
     keys, deltas = cache.unpushed()
     assert keys.tolist() == [1] and deltas.tolist() == [[-2.0, -2.0]]
+
+
+# -- the tensors against the per-key spec (tests/baselines/het_reference.py) ---------------------
+
+LEVELS = (1, 2, 3, 10)
+
+
+def _policy_pair(name: str, capacity: int, levels: int) -> tuple[CachePolicy, ReferencePolicy]:
+    if name == "lfuopt":
+        return LFUOptPolicy(capacity, levels=levels), ReferenceLFUOpt(capacity, levels=levels)
+    return make_policy(name, capacity), REFERENCE_POLICIES[name](capacity)
+
+
+def _reference_admit(
+    references: list[ReferencePolicy], keys: list[int], tables: list[int]
+) -> tuple[list[int], list[int], int, int]:
+    """Insert ``keys`` one by one: (old victims, their trigger indices, new keys evicted, refused)."""
+    victims: list[int] = []
+    triggers: list[int] = []
+    refused = 0
+    for index, (key, table) in enumerate(zip(keys, tables, strict=True)):
+        admission = references[table].insert(key)
+        refused += not admission.admitted
+        if admission.victim is not None and admission.victim not in keys:
+            victims.append(admission.victim)
+            triggers.append(index)
+    resident = set().union(*(r.resident() for r in references))
+    return victims, triggers, len(keys) - refused - len(set(keys) & resident), refused
+
+
+def _counts(policy: CachePolicy) -> dict[int, int]:
+    """LFU counts / LFUOpt levels of the table's unpinned keys."""
+    lines = policy.state.table_lines(policy.table)
+    live = ~policy.state.pinned[lines]
+    keys, counts = policy.state.keys[lines][live], policy.state.counts[lines][live]
+    return dict(zip(keys.tolist(), counts.tolist(), strict=True))
+
+
+def test_batched_policies_match_one_key_at_a_time() -> None:
+    """Hits and inserts of a batch over tables of every policy at once = HET's one key at a time
+    in batch order, each table on its own: victims (in order), their triggers, residency, counts."""
+    rng = torch.Generator().manual_seed(7)
+    names = ["lru", "lfu", "lfuopt"]
+    for trial in range(40):
+        pairs = [
+            _policy_pair(names[(trial + t) % 3], (trial + 2 * t) % 6, LEVELS[(trial + t) % 4])
+            for t in range(3)
+        ]
+        state = TablePolicies([policy for policy, _ in pairs]).state
+        references = [reference for _, reference in pairs]
+        for _ in range(20):
+            draw = torch.rand(int(torch.randint(1, 16, (1,), generator=rng)), generator=rng)
+            batch = torch.unique((48 * draw**2).long()).tolist()  # table = key // 16
+            hits = [k for k in batch if k in references[k // 16].resident()]
+            for key in hits:
+                references[key // 16].touch(key)
+            hit_lines = [state.line_of(k // 16, k) for k in hits]
+            state.hit(torch.cat(hit_lines) if hit_lines else torch.empty(0, dtype=torch.int64))
+            shuffled = [batch[i] for i in torch.randperm(len(batch), generator=rng).tolist()]
+            misses = [k for k in shuffled if k not in hits]  # in no particular order
+            tables = [k // 16 for k in misses]
+            victims, triggers, evicted_new, refused = _reference_admit(references, misses, tables)
+            placement = state.admit(
+                torch.tensor(misses, dtype=torch.int64), torch.tensor(tables, dtype=torch.int64)
+            )
+            assert placement.victims.tolist() == victims
+            assert placement.triggers.tolist() == triggers
+            assert (placement.evicted_new, placement.refused) == (evicted_new, refused)
+            for (policy, _), reference in zip(pairs, references, strict=True):
+                lines = state.table_lines(policy.table)
+                assert set(state.keys[lines].tolist()) == reference.resident()
+                assert policy.permanent == reference.permanent
+                if isinstance(reference, ReferenceLFU | ReferenceLFUOpt):
+                    assert _counts(policy) == reference.counts.count_of
+
+
+def _sharded_pull(store: VersionedRows, request: PullRequest, bound: int) -> PullReply:
+    """A pull answered by two shards (``key % 2``), as the trainer joins it: not in key order."""
+    reply = store.pull(request.keys, request.local_versions, bound)
+    order = torch.argsort(request.keys[reply.positions] % 2, stable=True)
+    return PullReply(reply.positions[order], reply.rows[order], reply.versions[order])
+
+
+def _same_push(got: PushBatch, want: PushBatch) -> None:
+    assert got.rows_by_trigger == want.rows_by_trigger
+    assert torch.equal(got.keys, want.keys) and torch.equal(got.counts, want.counts)
+    assert torch.equal(got.deltas, want.deltas)
+
+
+def _same_cache(got: HetCache, want: ReferenceHetCache) -> None:
+    assert got.stats == want.stats
+    assert torch.equal(got.resident_keys(), want.resident_keys())
+    resident = got.resident_keys()
+    assert torch.equal(got.values[got.slot_of[resident]], want.values[want.slot_of[resident]])
+    assert torch.equal(got.version[got.slot_of[resident]], want.version[want.slot_of[resident]])
+    for policy, reference in zip(got.policies, want.reference, strict=True):
+        assert policy.permanent == reference.permanent
+    (got_keys, got_deltas), (want_keys, want_deltas) = got.unpushed(), want.unpushed()
+    got_order, want_order = torch.argsort(got_keys), torch.argsort(want_keys)
+    assert torch.equal(got_keys[got_order], want_keys[want_order])
+    assert torch.equal(got_deltas[got_order], want_deltas[want_order])
+
+
+def _random_keys(rng: torch.Generator, rows: int) -> torch.Tensor:
+    draw = torch.rand(int(torch.randint(1, 14, (1,), generator=rng)), generator=rng)
+    return torch.unique((rows * draw**3).long())
+
+
+@pytest.mark.parametrize("name", ["lru", "lfu", "lfuopt"])
+def test_vectorised_cache_matches_per_key_reference(name: str) -> None:
+    """Random streams through small caches with prefetch, another worker's pushes, evictions and
+    pinned lines: every read, push, residency, victim count and unpushed delta as the spec's."""
+    rng = torch.Generator().manual_seed(11)
+    sizes = [7, 12, 3, 20]
+    for trial in range(8):
+        capacities = [int(torch.randint(0, 5, (1,), generator=rng)) for _ in sizes]
+        bound = trial % 3
+        caches = (
+            HetCache(sizes, capacities, 2, bound, name),
+            ReferenceHetCache(sizes, capacities, 2, bound, name),
+        )
+        if name == "lfuopt":
+            levels = LEVELS[trial % len(LEVELS)]
+            for table, capacity in enumerate(capacities):
+                caches[0].policies[table] = LFUOptPolicy(capacity, levels=levels)
+            caches[1].reference = [ReferenceLFUOpt(c, levels=levels) for c in capacities]
+        stores = [VersionedRows(torch.zeros(sum(sizes), 2)) for _ in caches]
+        keys = _random_keys(rng, sum(sizes))
+        requests = [cache.request(keys) for cache in caches]
+        replies = [_sharded_pull(s, r, bound) for s, r in zip(stores, requests, strict=True)]
+        for _ in range(30):
+            values = [c.install(r, p) for c, r, p in zip(caches, requests, replies, strict=True)]
+            assert torch.equal(values[0], values[1])
+            next_keys = _random_keys(rng, sum(sizes))
+            requests = [cache.request(next_keys) for cache in caches]
+            assert torch.equal(requests[0].local_versions, requests[1].local_versions)
+            replies = [_sharded_pull(s, r, bound) for s, r in zip(stores, requests, strict=True)]
+            deltas = torch.randn(len(keys), 2, generator=rng)
+            pushes = [cache.update(keys, deltas) for cache in caches]
+            _same_push(pushes[0], pushes[1])
+            other = _random_keys(rng, sum(sizes))  # another worker's pushes
+            for store, push in zip(stores, pushes, strict=True):
+                store.push(push.keys, push.deltas, push.counts)
+                store.push(other, torch.ones(len(other), 2), torch.ones_like(other))
+            _same_cache(*caches)
+            keys = next_keys
