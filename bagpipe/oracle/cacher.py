@@ -46,7 +46,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeAlias, TypeVar
+from typing import NamedTuple, ParamSpec, TypeAlias, TypeVar
 
 import numpy as np
 import torch
@@ -68,6 +68,7 @@ AHEAD = 16  # batches the worker stage may prepare ahead, to keep working throug
 MAX_TRAINERS = np.iinfo(np.int16).max  # owners are int16 in the window, 16-bit fields when sorted
 _POSITION_BITS = 32  # a row's latest use, packed: step << 32 | position in that step
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 
 class _RowState(NamedTuple):
@@ -507,6 +508,7 @@ class OracleCacher:
         stepper: ThreadPoolExecutor,
         flush: bool,
     ) -> Iterator[StepPlan | RoundPlan]:
+        """``plan()``'s work: the worker prepares batches ahead, the stepper makes step plans."""
         cfg = self.config
         ahead = _Ahead(source, worker, self._prepare)
         # order: round plans 0 and 1, step plans of round 0, round plan 2, step plans of round 1,
@@ -553,10 +555,10 @@ class OracleCacher:
             yield self._timed(future.result)
             self._release(i)
 
-    def _timed(self, make: Callable[..., _T], *args: Any) -> _T:
-        """``make(*args)``, its time on this thread counted as planning time."""
+    def _timed(self, make: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """``make(*args, **kwargs)``, its time on this thread counted as planning time."""
         started = time.perf_counter()
-        result = make(*args)
+        result = make(*args, **kwargs)
         self.stats.planning_time_s += time.perf_counter() - started
         return result
 

@@ -118,12 +118,9 @@ class Deployment:
         self._rpc_up = False
         self._stores: dict[str, dist.TCPStore] = {}
         self._children = spawn.LocalRoles()
-        if _attach_env:
-            self._host = os.environ["MASTER_ADDR"]
-            self._error_dir: Path | None = None
-        else:
-            self._host = spawn.LOCALHOST
-            self._error_dir = Path(tempfile.mkdtemp(prefix="bagpipe-roles-"))
+        self._host = os.environ["MASTER_ADDR"] if _attach_env else spawn.LOCALHOST
+        # where roles spawned here report failures; roles attached from a launcher have none
+        self._error_dir = None if _attach_env else Path(tempfile.mkdtemp(prefix="bagpipe-roles-"))
         self._monitor = Monitor(self.roles, self._children.exit_codes, self._error_dir)
         if _attach_env:
             self._attach_driver()
