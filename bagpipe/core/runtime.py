@@ -54,6 +54,7 @@ __all__ = [
     "current",
     "delay",
     "delay_parallel",
+    "error_report_path",
     "init",
     "is_initialised",
     "merge_trainer_records",
@@ -176,7 +177,15 @@ def report_failure(exc: BaseException) -> None:
         raise exc
     tmp = state.error_dir / f".{state.role}.tmp"
     tmp.write_text(text)
-    tmp.replace(state.error_dir / f"{state.role}.err")
+    tmp.replace(error_report_path(state.error_dir, state.role))  # never seen half-written
+
+
+def error_report_path(error_dir: Path, role: str) -> Path:
+    """Where ``role`` reports a failure: its formatted traceback, as plain text.
+
+    :func:`report_failure` writes it; the driver's Deployment reads it (``roles.failures``).
+    """
+    return error_dir / f"{role}.err"
 
 
 def start_thread(target: Callable[[], None], name: str) -> threading.Thread:

@@ -43,10 +43,10 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import NamedTuple, TypeAlias
+from typing import NamedTuple, ParamSpec, TypeAlias, TypeVar
 
 import numpy as np
 import torch
@@ -67,6 +67,8 @@ HASH_SLOTS = 1 << 20  # 16 MB: the hash grows only at rows seen >= 2**19
 AHEAD = 16  # batches the worker stage may prepare ahead, to keep working through a round plan
 MAX_TRAINERS = np.iinfo(np.int16).max  # owners are int16 in the window, 16-bit fields when sorted
 _POSITION_BITS = 32  # a row's latest use, packed: step << 32 | position in that step
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 
 class _RowState(NamedTuple):
@@ -102,6 +104,19 @@ class _StepUses:
     rows: np.ndarray  # [n] int32 dense row indices (RowMap), ascending global id
     once_owner: np.ndarray  # [n] int8/int16: owning trainer for count-1 ids, else -1
     first_in_round: np.ndarray  # positions (in ``rows``) of the ids not used earlier in the round
+
+
+class _Residents(NamedTuple):
+    """The resident set as a round's evictions see it: arrays aligned with ``_resident_rows``."""
+
+    latest: np.ndarray  # latest committed use
+    next_use: np.ndarray  # the first use after it: a step read so far (<= horizon) or NEVER
+    eligible: np.ndarray  # latest use <= the round's eviction cutoff
+    in_round: np.ndarray  # next use within the round
+
+
+#: One step of a round being planned: its index, its uses and their next uses (a ring view).
+_RoundUse: TypeAlias = tuple[int, _StepUses, np.ndarray]
 
 
 class OracleCacher:
@@ -276,87 +291,14 @@ class OracleCacher:
 
     # ------------------------------------------------------------------ round plans
     def _round_plan(self, r: int) -> RoundPlan:
-        cfg = self.config
-        first, last = cfg.round_steps(r, self._num_steps)
-        cutoff = cfg.eviction_cutoff(r)
-        steps = [self._steps[i] for i in range(first, last + 1)]
-        next_uses = [self._ring.next_uses(i) for i in range(first, last + 1)]
-
-        # rows of the round, each once (at its first use in the round), and their fetch owner: the
-        # singleton owner if that use is the row's only use in the round (a singleton's next use
-        # lies beyond i + L > last), else -1
-        round_rows = np.concatenate([u.rows.take(u.first_in_round) for u in steps]).astype(np.intp)
-        sole_owner = np.concatenate(
-            [
-                np.where(
-                    nxt.take(u.first_in_round) > i + cfg.lookahead,
-                    u.once_owner.take(u.first_in_round),
-                    -1,
-                )
-                for i, u, nxt in zip(range(first, last + 1), steps, next_uses, strict=True)
-            ]
-        )
-
-        state = self._rows
-        resident = self._resident_rows
-        latest = state.res_last.take(resident)
-        eligible = latest <= cutoff
-        stale = np.asarray(state.res_owner.take(resident)) >= 0
-        victims = eligible & stale
-        # the first use after a committed one: a step read so far (<= horizon) or NEVER
-        next_use = state.res_next.take(resident)
-        in_round = next_use <= last  # (it is at >= first)
-        if cfg.capacity is None:
-            victims |= eligible & ~stale & (next_use > np.maximum(latest + cfg.lookahead, last))
-        else:
-            pinned = ~eligible
-            needed = int(pinned.sum()) + round_rows.size - int((pinned & in_round).sum())
-            if needed > cfg.capacity:
-                raise CapacityError(
-                    f"round {r} (steps {first}..{last}) needs {needed} resident rows at once "
-                    f"(steps {max(0, (r - 1) * cfg.ci - 1)}..{last}); capacity is {cfg.capacity}",
-                    min_capacity=needed,
-                )
-            kept_in_round = int((in_round & ~victims).sum())
-            size_after = resident.size - int(victims.sum()) + round_rows.size - kept_in_round
-            excess = size_after - cfg.capacity
-            if excess > 0:
-                candidates = np.flatnonzero(eligible & ~victims & ~in_round)
-                chosen = candidates[
-                    self._furthest(resident.take(candidates), next_use.take(candidates), excess)
-                ]
-                victims[chosen] = True
-                self.stats.capacity_evictions += excess
-                self.stats.lease_breaks += int(
-                    (next_use[chosen] <= latest[chosen] + cfg.lookahead).sum()
-                )
-
-        evicted, owners = self._evict(resident.compress(victims))
-        kept = resident.compress(~victims)
-        fetch = np.flatnonzero(~state.resident.take(round_rows))
-        prefetch_rows, prefetch_owner = round_rows.take(fetch), sole_owner.take(fetch)
-        state.resident[prefetch_rows] = True
-        self._resident_rows = np.concatenate([kept, prefetch_rows])
-        prefetch_ids, prefetch_owner = _sorted_with_owner(
-            self._rowmap.ids.take(prefetch_rows), prefetch_owner, self._owner_bits
-        )
-
-        for i, u, nxt in zip(range(first, last + 1), steps, next_uses, strict=True):  # commit
-            latest_use = np.flatnonzero(nxt > last)
-            rows = u.rows.take(latest_use).astype(np.intp)
-            following = nxt.take(latest_use)
-            state.res_last[rows] = i
-            if cfg.num_trainers > 1:  # with one trainer no copy goes stale
-                stale = following > i + cfg.lookahead
-                state.res_owner[rows] = np.where(stale, u.once_owner.take(latest_use), -1)
-            state.res_next[rows] = following
-        self._committed_through = last
-
-        stats = self.stats
-        stats.rounds += 1
-        stats.rows_prefetched += prefetch_rows.size
-        stats.row_fetches += int(np.where(prefetch_owner < 0, cfg.num_trainers, 1).sum())
-        stats.peak_resident_rows = max(stats.peak_resident_rows, self._resident_rows.size)
+        """Round ``r``'s plan: evict, prefetch, then commit the round's uses to the resident set."""
+        first, last = self.config.round_steps(r, self._num_steps)
+        uses = [(i, self._steps[i], self._ring.next_uses(i)) for i in range(first, last + 1)]
+        round_rows, sole_owner = self._round_rows(uses)
+        victims = self._victims(r, first, last, round_rows.size)
+        evicted, owners = self._evict(self._resident_rows.compress(victims))
+        prefetch_ids, prefetch_owner = self._prefetch(round_rows, sole_owner, ~victims)
+        self._commit(uses, last)
         return RoundPlan(
             round_index=r,
             first_step=first,
@@ -366,6 +308,126 @@ class OracleCacher:
             prefetch=torch.from_numpy(prefetch_ids),
             prefetch_owner=torch.from_numpy(prefetch_owner),
         )
+
+    def _round_rows(self, uses: list[_RoundUse]) -> tuple[np.ndarray, np.ndarray]:
+        """The round's rows, each once (at its first use in the round), and their fetch owner.
+
+        The owner is the singleton owner if that use is the row's only use in the round (a
+        singleton's next use lies beyond ``i + L > last``), else -1.
+        """
+        lookahead = self.config.lookahead
+        round_rows = np.concatenate([u.rows.take(u.first_in_round) for _, u, _ in uses])
+        sole_owner = np.concatenate(
+            [
+                np.where(
+                    nxt.take(u.first_in_round) > i + lookahead,
+                    u.once_owner.take(u.first_in_round),
+                    -1,
+                )
+                for i, u, nxt in uses
+            ]
+        )
+        return round_rows.astype(np.intp), sole_owner
+
+    def _victims(self, r: int, first: int, last: int, round_size: int) -> np.ndarray:
+        """Which resident rows round ``r`` evicts (a mask over ``_resident_rows``).
+
+        Always the eligible stale rows; then expired leases without a capacity, or with one the
+        rows Belady's rule picks to make room for the round's ``round_size`` rows.
+        """
+        cfg = self.config
+        state = self._rows
+        resident = self._resident_rows
+        latest = state.res_last.take(resident)
+        # the first use after a committed one: a step read so far (<= horizon) or NEVER
+        next_use = state.res_next.take(resident)
+        view = _Residents(
+            latest=latest,
+            next_use=next_use,
+            eligible=latest <= cfg.eviction_cutoff(r),
+            in_round=next_use <= last,  # (it is at >= first)
+        )
+        stale = np.asarray(state.res_owner.take(resident)) >= 0
+        victims = view.eligible & stale
+        if cfg.capacity is None:
+            expired = next_use > np.maximum(latest + cfg.lookahead, last)
+            victims |= view.eligible & ~stale & expired
+        else:
+            self._check_capacity(r, first, last, view, round_size)
+            self._make_room(victims, view, round_size)
+        return victims
+
+    def _check_capacity(
+        self, r: int, first: int, last: int, view: _Residents, round_size: int
+    ) -> None:
+        """Raise ``CapacityError`` if the rows that may not go and the round's rows cannot all
+        be resident at once."""
+        cfg = self.config
+        assert cfg.capacity is not None
+        pinned = ~view.eligible
+        needed = int(pinned.sum()) + round_size - int((pinned & view.in_round).sum())
+        if needed > cfg.capacity:
+            raise CapacityError(
+                f"round {r} (steps {first}..{last}) needs {needed} resident rows at once "
+                f"(steps {max(0, (r - 1) * cfg.ci - 1)}..{last}); capacity is {cfg.capacity}",
+                min_capacity=needed,
+            )
+
+    def _make_room(self, victims: np.ndarray, view: _Residents, round_size: int) -> None:
+        """Add to ``victims`` as many eligible rows the round does not use as must go for the
+        resident set to fit the capacity once the round's rows are in, by Belady's rule."""
+        cfg = self.config
+        assert cfg.capacity is not None
+        resident = self._resident_rows
+        kept_in_round = int((view.in_round & ~victims).sum())
+        size_after = resident.size - int(victims.sum()) + round_size - kept_in_round
+        excess = size_after - cfg.capacity
+        if excess <= 0:
+            return
+        candidates = np.flatnonzero(view.eligible & ~victims & ~view.in_round)
+        chosen = candidates[
+            self._furthest(resident.take(candidates), view.next_use.take(candidates), excess)
+        ]
+        victims[chosen] = True
+        self.stats.capacity_evictions += excess
+        self.stats.lease_breaks += int(
+            (view.next_use[chosen] <= view.latest[chosen] + cfg.lookahead).sum()
+        )
+
+    def _prefetch(
+        self, round_rows: np.ndarray, sole_owner: np.ndarray, kept: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Make the round's rows that are not resident (after the evictions) resident; their sorted
+        ids and fetch owners. ``kept`` masks the resident rows that were not evicted."""
+        state = self._rows
+        fetch = np.flatnonzero(~state.resident.take(round_rows))
+        prefetch_rows, prefetch_owner = round_rows.take(fetch), sole_owner.take(fetch)
+        state.resident[prefetch_rows] = True
+        self._resident_rows = np.concatenate([self._resident_rows.compress(kept), prefetch_rows])
+        stats = self.stats
+        stats.rounds += 1
+        stats.rows_prefetched += prefetch_rows.size
+        stats.row_fetches += int(np.where(prefetch_owner < 0, self.config.num_trainers, 1).sum())
+        stats.peak_resident_rows = max(stats.peak_resident_rows, self._resident_rows.size)
+        return _sorted_with_owner(
+            self._rowmap.ids.take(prefetch_rows), prefetch_owner, self._owner_bits
+        )
+
+    def _commit(self, uses: list[_RoundUse], last: int) -> None:
+        """Record each row's latest use in the round (its last use before a step ``> last``) as
+        its committed latest use, with its stale owner and its next use."""
+        cfg = self.config
+        state = self._rows
+        for i, u, nxt in uses:
+            latest_use = np.flatnonzero(nxt > last)
+            rows = u.rows.take(latest_use).astype(np.intp)
+            following = nxt.take(latest_use)
+            state.res_last[rows] = i
+            if cfg.num_trainers > 1:  # with one trainer no copy goes stale
+                stale = following > i + cfg.lookahead
+                state.res_owner[rows] = np.where(stale, u.once_owner.take(latest_use), -1)
+            state.res_next[rows] = following
+        self._committed_through = last
 
     def _furthest(self, rows: np.ndarray, next_use: np.ndarray, count: int) -> np.ndarray:
         """Positions of the ``count`` rows Belady's rule evicts: furthest next use, then larger id.
@@ -446,71 +508,93 @@ class OracleCacher:
         stepper: ThreadPoolExecutor,
         flush: bool,
     ) -> Iterator[StepPlan | RoundPlan]:
+        """``plan()``'s work: the worker prepares batches ahead, the stepper makes step plans."""
         cfg = self.config
-        ahead: deque[Future[_Prepared]] = deque()  # the next batches, in order
-        exhausted = False
-        taken = 0  # batches taken from the source
-
-        def submit() -> None:
-            nonlocal exhausted, taken
-            while not exhausted and len(ahead) < AHEAD:
-                try:
-                    batch = next(source)
-                except StopIteration:
-                    exhausted = True
-                    return
-                ahead.append(worker.submit(self._prepare, batch, taken))
-                taken += 1
-
-        def read_until(step: int) -> None:
-            while self._num_steps is None and self._ingested <= step:
-                submit()
-                if not ahead:
-                    self._num_steps = self._ingested
-                    return
-                started = time.perf_counter()
-                prepared = ahead.popleft().result()
-                self.stats.planning_time_s += time.perf_counter() - started
-                submit()  # the worker starts on the next batch before this one is recorded
-                started = time.perf_counter()
-                self._record(prepared)
-                self.stats.planning_time_s += time.perf_counter() - started
-
-        def timed(make, *args):  # type: ignore[no-untyped-def]
-            started = time.perf_counter()
-            result = make(*args)
-            self.stats.planning_time_s += time.perf_counter() - started
-            return result
-
-        def start_steps(r: int) -> list[tuple[int, Future[StepPlan]]]:
-            """Round ``r``'s step plans, started on the stepper (views taken on this thread)."""
-            return [
-                (i, stepper.submit(self._step_plan, i, self._steps[i], self._ring.next_uses(i)))
-                for i in range(*_span(cfg.round_steps(r, self._num_steps)))
-            ]
-
-        def finish_steps(started: list[tuple[int, Future[StepPlan]]]) -> Iterator[StepPlan]:
-            for i, future in started:
-                yield timed(future.result)
-                self._release(i)
-
+        ahead = _Ahead(source, worker, self._prepare)
         # order: round plans 0 and 1, step plans of round 0, round plan 2, step plans of round 1,
         # ...; round r-1's step plans are made while the batches of round r+1's horizon are read
         r = 0
         started: list[tuple[int, Future[StepPlan]]] = []
         while True:
             first = r * cfg.ci
-            read_until(first + cfg.ci - 1 + cfg.lookahead)  # round r's horizon
-            yield from finish_steps(started)
+            self._read_until(first + cfg.ci - 1 + cfg.lookahead, ahead)  # round r's horizon
+            yield from self._finish_steps(started)
             if self._num_steps is not None and first >= self._num_steps:
                 break
-            yield timed(self._round_plan, r)
-            started = start_steps(r - 1) if r >= 1 else []
+            yield self._timed(self._round_plan, r)
+            started = self._start_steps(r - 1, stepper) if r >= 1 else []
             r += 1
         if r >= 1:
-            yield from finish_steps(start_steps(r - 1))
+            yield from self._finish_steps(self._start_steps(r - 1, stepper))
         if flush and self._num_steps is not None:
-            yield timed(self._flush_plan, r)
+            yield self._timed(self._flush_plan, r)
+
+    def _read_until(self, step: int, ahead: _Ahead) -> None:
+        """Record batches through ``step`` (or to the end of the stream, which sets ``_num_steps``)."""
+        while self._num_steps is None and self._ingested <= step:
+            ahead.fill()
+            if not ahead:
+                self._num_steps = self._ingested
+                return
+            prepared = self._timed(ahead.popleft().result)
+            ahead.fill()  # the worker starts on the next batch before this one is recorded
+            self._timed(self._record, prepared)
+
+    def _start_steps(
+        self, r: int, stepper: ThreadPoolExecutor
+    ) -> list[tuple[int, Future[StepPlan]]]:
+        """Round ``r``'s step plans, started on the stepper (views taken on this thread)."""
+        return [
+            (i, stepper.submit(self._step_plan, i, self._steps[i], self._ring.next_uses(i)))
+            for i in range(*_span(self.config.round_steps(r, self._num_steps)))
+        ]
+
+    def _finish_steps(self, started: list[tuple[int, Future[StepPlan]]]) -> Iterator[StepPlan]:
+        """The started step plans, in step order, each step forgotten once its plan is out."""
+        for i, future in started:
+            yield self._timed(future.result)
+            self._release(i)
+
+    def _timed(self, make: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """``make(*args, **kwargs)``, its time on this thread counted as planning time."""
+        started = time.perf_counter()
+        result = make(*args, **kwargs)
+        self.stats.planning_time_s += time.perf_counter() - started
+        return result
+
+
+class _Ahead:
+    """The worker stage's queue: up to ``AHEAD`` next batches being prepared, in stream order."""
+
+    def __init__(
+        self,
+        source: Iterator[BatchLike],
+        worker: ThreadPoolExecutor,
+        prepare: Callable[[BatchLike, int], _Prepared],
+    ) -> None:
+        self._source = source
+        self._worker = worker
+        self._prepare = prepare
+        self._futures: deque[Future[_Prepared]] = deque()
+        self._exhausted = False
+        self._taken = 0  # batches taken from the source
+
+    def fill(self) -> None:
+        """Take batches from the source until ``AHEAD`` are queued or the source ends."""
+        while not self._exhausted and len(self._futures) < AHEAD:
+            try:
+                batch = next(self._source)
+            except StopIteration:
+                self._exhausted = True
+                return
+            self._futures.append(self._worker.submit(self._prepare, batch, self._taken))
+            self._taken += 1
+
+    def popleft(self) -> Future[_Prepared]:
+        return self._futures.popleft()
+
+    def __bool__(self) -> bool:
+        return bool(self._futures)
 
 
 def _span(steps: tuple[int, int]) -> tuple[int, int]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import time
 
 import pytest
@@ -13,6 +12,7 @@ import torch.multiprocessing as mp
 
 from bagpipe.core.link import LinkConfig
 from bagpipe.core.roles import Deployment, RoleFailedError
+from bagpipe.core.roles.spawn import free_port
 
 from .roles import Accumulator, serve_from_env
 
@@ -101,7 +101,7 @@ def test_roles_must_be_unique() -> None:
 def test_ranks_started_by_a_launcher_serve_roles_until_the_driver_closes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2"}
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2"}
     rank_1 = mp.get_context("spawn").Process(
         target=serve_from_env, args=({**env, "RANK": "1"}, ["worker"]), daemon=True
     )
@@ -119,9 +119,3 @@ def test_ranks_started_by_a_launcher_serve_roles_until_the_driver_closes(
         if rank_1.is_alive():
             rank_1.kill()
             rank_1.join()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

@@ -79,6 +79,6 @@ def test_merged_records_sum_traffic_and_keep_trainer_0_phases() -> None:
     assert merged.phase_s == {"forward": 1.0}
 
 
-def test_background_failure_outside_a_cluster_is_raised() -> None:
+def test_background_failure_outside_a_deployment_is_raised() -> None:
     with pytest.raises(ZeroDivisionError):
-        runtime.report_failure(ZeroDivisionError("no cluster to report to"))
+        runtime.report_failure(ZeroDivisionError("no deployment to report to"))

@@ -100,7 +100,7 @@ def _kill_and_recover(
 
 
 
-@pytest.mark.slow  # four clusters of five role processes start (~30 s on two idle cores)
+@pytest.mark.slow  # four deployments of five role processes start (~30 s on two idle cores)
 def test_bagpipe_recovers_bit_identical_from_trainer_and_server_kills(tmp_path: Path) -> None:
     def factory() -> System:
         return Bagpipe(num_trainers=2, num_servers=2, lookahead=8)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bagpipe.bench.oracle import report
+from bagpipe.bench.oracle_report import report
 
 
 def _row(variant: str, metric: str, value: float, unit: str = "ms") -> dict:

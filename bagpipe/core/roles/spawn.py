@@ -1,0 +1,210 @@
+"""How a role process starts, serves in the RPC world, and leaves it.
+
+Every process of a world (the driver and each role) joins one ``torch.distributed.rpc`` world over
+TensorPipe with the same :class:`WorldOptions`, after installing its
+:mod:`bagpipe.core.runtime`. A role then serves calls until the driver asks it to stop
+(:func:`request_stop`) and exits its process (:func:`serve_role`).
+
+Roles on this machine are :class:`LocalRoles`, forked by a ``forkserver`` that imported torch and
+torchrec once; roles started by a launcher call
+:func:`serve_role` in their own process (``Deployment.from_env``). A driver process may run one
+world after another: :func:`reset_rpc_bookkeeping` lets it join the next one.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed.rpc as rpc
+import torch.multiprocessing as mp
+
+from bagpipe.core import runtime
+from bagpipe.core.link import LinkConfig
+from bagpipe.core.roles.watch import watch_parent
+
+__all__ = [
+    "LOCALHOST",
+    "LocalRoles",
+    "RoleArgs",
+    "WorldOptions",
+    "free_port",
+    "join_rpc_world",
+    "request_stop",
+    "reset_rpc_bookkeeping",
+    "serve_role",
+    "use_loopback",
+]
+
+LOCALHOST = "127.0.0.1"
+_STOP_REPLY_S = 0.05
+_END_S = 2.0  # a terminated role has this long to exit before it is killed
+
+
+@dataclass(frozen=True)
+class WorldOptions:
+    """How every process of one world runs (the ``Deployment`` arguments of the same names)."""
+
+    link: LinkConfig = field(default_factory=LinkConfig)
+    threads_per_role: int = 1
+    num_worker_threads: int = 16
+    rpc_timeout_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class RoleArgs:
+    """Everything a process needs to join the RPC world (picklable, sent to a role at spawn)."""
+
+    role: str
+    rank: int
+    world_size: int
+    init_method: str
+    options: WorldOptions
+    error_dir: str | None
+    parent_pid: int | None  # the driver's, for roles spawned here (``watch_parent``)
+
+
+def use_loopback() -> None:
+    """Keep TensorPipe and gloo on the loopback interface (roles spawned on this machine)."""
+    os.environ.setdefault("TP_SOCKET_IFNAME", "lo")
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+
+
+def join_rpc_world(args: RoleArgs) -> None:
+    """``init_rpc`` as ``args.role``: blocks until every process of the world has joined."""
+    rpc.init_rpc(
+        args.role,
+        backend=rpc.BackendType.TENSORPIPE,  # type: ignore[attr-defined]
+        rank=args.rank,
+        world_size=args.world_size,
+        rpc_backend_options=rpc.TensorPipeRpcBackendOptions(
+            num_worker_threads=args.options.num_worker_threads,
+            rpc_timeout=args.options.rpc_timeout_s,
+            init_method=args.init_method,
+        ),
+    )
+
+
+def serve_role(args: RoleArgs) -> None:
+    """Body of a role process: join the RPC world, serve calls until the driver shuts down.
+
+    A failure while starting is written to the error directory, so the driver reports it.
+    """
+    if args.parent_pid is not None:
+        use_loopback()
+        threading.Thread(target=watch_parent, args=(args.parent_pid,), daemon=True).start()
+    torch.set_num_threads(args.options.threads_per_role)
+    error_dir = Path(args.error_dir) if args.error_dir else None
+    runtime.init(args.role, args.options.link, error_dir)
+    try:
+        join_rpc_world(args)
+    except BaseException as exc:
+        runtime.report_failure(exc)
+        raise
+    _STOP.wait()
+    time.sleep(_STOP_REPLY_S)  # let the reply to the stop request leave before the agent goes down
+    # A local shutdown: the driver only asks once every call it made has completed, and torch's
+    # graceful shutdown (a store barrier plus RRef bookkeeping) hangs when a driver process runs a
+    # second Deployment. Exit without interpreter teardown, which can block on native RPC threads.
+    rpc.shutdown(graceful=False)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+_STOP = threading.Event()
+
+
+def request_stop() -> None:
+    """Called by the driver's ``close``: let this role's main thread leave the RPC world."""
+    _STOP.set()
+
+
+def reset_rpc_bookkeeping() -> None:
+    """Reset torch RPC's per-process counters so this process can join a fresh RPC world.
+
+    ``init_rpc`` namespaces its store keys with a per-process counter (``rpc_prefix_<n>``) and its
+    internal all-gathers with per-process sequence numbers. A driver that already ran a Deployment
+    would be ahead of its freshly spawned role processes (which start at 0) and both sides would
+    wait for each other's keys forever; every Deployment uses a new store, so starting over is safe.
+    """
+    rpc._init_counter = 0  # type: ignore[attr-defined]
+    with rpc.api._all_gather_dict_lock:
+        rpc.api._all_gather_sequence_id.clear()
+        rpc.api._all_gather_sequence_id_to_states.clear()
+
+
+def free_port() -> int:
+    """A loopback TCP port that was free a moment ago (for a local world's store)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOCALHOST, 0))
+        return int(sock.getsockname()[1])
+
+
+class LocalRoles:
+    """The role processes spawned on this machine, by role name: start, observe, end."""
+
+    def __init__(self) -> None:
+        self._procs: dict[str, Any] = {}
+
+    def start(self, roles: Sequence[RoleArgs]) -> None:
+        """Fork one process per role, named ``bagpipe-<role>`` (fault injection finds it by name).
+
+        Each started process is kept at once, so a failure midway still ends the earlier ones.
+        """
+        ctx = _role_process_context()
+        for args in roles:
+            proc = ctx.Process(
+                target=serve_role, args=(args,), name=f"bagpipe-{args.role}", daemon=True
+            )
+            proc.start()
+            self._procs[args.role] = proc
+
+    def pids(self) -> dict[str, int]:
+        return {role: int(proc.pid) for role, proc in self._procs.items()}
+
+    def exit_codes(self) -> dict[str, int | None]:
+        """Each role's exit code, ``None`` while it runs."""
+        return {role: proc.exitcode for role, proc in self._procs.items()}
+
+    def join(self, wait_s: float) -> None:
+        """Wait up to ``wait_s`` in all for the processes to exit on their own."""
+        deadline = time.monotonic() + wait_s
+        for proc in self._procs.values():
+            proc.join(max(0.0, deadline - time.monotonic()))
+
+    def end(self) -> None:
+        """Terminate every process still running, then kill those that do not exit."""
+        for proc in self._procs.values():
+            if proc.is_alive():
+                proc.terminate()
+        for proc in self._procs.values():
+            proc.join(_END_S)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
+
+#: Modules every role process needs; the fork server imports them once, then forks each role.
+_PRELOADED_MODULES = ["torch", "torchrec", "bagpipe.core.roles", "bagpipe.models"]
+
+
+def _role_process_context() -> Any:
+    """A ``forkserver`` context whose server has already imported torch and torchrec.
+
+    Spawning a role from scratch costs a full ``import torch, torchrec`` (~4 s of CPU each); five
+    roles on two cores took 10-20 s to start. The fork server pays that once per driver process and
+    forks every later role from the warm image. It forks before any thread, RPC agent or process
+    group exists, so the usual hazards of forking a torch process do not apply.
+    """
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOADED_MODULES)
+    return ctx
