@@ -7,7 +7,6 @@ Entry point: ``make_dataset(DatasetConfig(...))`` -> a ``Dataset`` with ``.schem
 """
 
 from bagpipe.core.source import BatchSource
-from bagpipe.data.sources import ArraySource, SyntheticSource
 from bagpipe.data.dataset import (
     KINDS,
     Dataset,
@@ -22,6 +21,7 @@ from bagpipe.data.generator import GeneratorConfig, SyntheticGenerator
 from bagpipe.data.presets import PRESETS, Preset, TableSpec, get_preset
 from bagpipe.data.readers import ReadStats, iter_avazu_csv, iter_criteo_tsv, iter_jsonl
 from bagpipe.data.skew import id_skew_report, skew_report, top_share
+from bagpipe.data.sources import ArraySource, SyntheticSource
 from bagpipe.data.teacher import roc_auc
 from bagpipe.data.writers import write_avazu_csv, write_criteo_tsv, write_jsonl
 
