@@ -21,11 +21,11 @@ import numpy as np
 
 from bagpipe.core.batch import DatasetSchema
 from bagpipe.core.source import BatchSource
-from bagpipe.data.sources import ArraySource, SyntheticSource
 from bagpipe.data.files import MAPPINGS, read_examples
 from bagpipe.data.generator import GeneratorConfig, SyntheticGenerator
 from bagpipe.data.presets import Preset, get_preset
 from bagpipe.data.skew import id_skew_report
+from bagpipe.data.sources import ArraySource, SyntheticSource
 
 KINDS: tuple[str, ...] = ("synthetic", "criteo_tsv", "avazu_csv", "jsonl")
 _FILE_PRESETS = {"criteo_tsv": ("criteo_kaggle", "criteo_terabyte"), "avazu_csv": ("avazu",)}

@@ -44,7 +44,7 @@ def test_slurm_sweep_trains_a_two_process_system_and_records_it(tmp_path: Path):
                               filter_string="tags.suite = 'slurm_test'", output_format="pandas")
     children = runs[runs["tags.system"] == MULTI_PROCESS]
     assert sorted(children["params.seed"]) == ["0", "1"]
-    assert set(children["tags.cluster"]) == {"slurm"}
+    assert set(children["tags.launcher"]) == {"slurm"}
     assert all(job_id != "none" for job_id in children["tags.slurm_job_id"])
     assert (children["status"] == "FINISHED").all()
     assert (children["metrics.iter_time_mean_s"] > 0).all()
