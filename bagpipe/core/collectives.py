@@ -1,4 +1,4 @@
-"""All-reduce among the trainers, with the link model's delay and the Meter's byte count.
+"""Collectives among the trainers, each handed to the wire: counted once, delayed by one rule.
 
 The trainers of a system form one gloo group, created through a rendezvous the driver hosts::
 
@@ -14,25 +14,48 @@ The trainers of a system form one gloo group, created through a rendezvous the d
     handle.wait()                                                      # delay + result
 
 The group becomes the process's default ``torch.distributed`` process group, so one process joins
-exactly one group (a trainer's). Every call flattens its tensors into one buffer (one collective, one
-latency), charges the payload once as ``LinkKind.ALLREDUCE`` in the caller's Meter, and holds the
-caller for the ring all-reduce time of that payload (``Network.allreduce``) on its ring link; an
-async call spends that time in a helper thread, so it overlaps the caller's work.
+exactly one group (a trainer's); its members are the roles ``trainer_<rank>``. Every all-reduce
+flattens its tensors into one buffer (one collective, one set of latencies), counts the payload
+once in the caller's Meter, and tells the wire what a ring all-reduce puts on this trainer's NIC:
+``2 (T-1)/T`` of the payload to its ring successor and as much from its predecessor, in
+``2 (T-1)`` messages (``bagpipe.core.net.wire``; under ``netns`` gloo's bytes really cross the
+shaped NICs, under ``model`` they are a fair-shared flow). An async call pays its emulated time
+on this process's collective lane, one call after another as gloo runs them, overlapping the
+caller's work.
+
+:func:`ddp_hook` is the same for ``DistributedDataParallel``: a comm hook that all-reduces each
+gradient bucket through the wire (summing, as ``bagpipe.training.step`` wants, unless asked to
+average as TorchRec's DDP does). :func:`wire_torch_collectives` routes the collectives a library
+calls by itself (TorchRec's all-to-alls, all-gathers and reduce-scatters) through the wire.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from concurrent.futures import Future as PyFuture
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.futures import Future
 
 from bagpipe.core import runtime
 from bagpipe.core.meter import LinkKind
 from bagpipe.core.roles import Rendezvous
 
-__all__ = ["AllReduceHandle", "allreduce", "allreduce_async", "group_size", "join_group"]
+__all__ = [
+    "AllReduceHandle",
+    "allreduce",
+    "allreduce_async",
+    "ddp_hook",
+    "group_size",
+    "join_group",
+    "ring_charge",
+    "wire_torch_collectives",
+]
 
 _JOIN_TIMEOUT = timedelta(minutes=5)
 
@@ -60,6 +83,19 @@ def group_size() -> int:
     return dist.get_world_size()
 
 
+def ring_charge(nbytes: int, kind: str = LinkKind.ALLREDUCE) -> Callable[[], None]:
+    """Count a SUM all-reduce of an ``nbytes`` buffer on this trainer (ring algorithm) now, and
+    return what holds the caller for its emulated time (nothing in a group of one)."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if world <= 1:
+        return lambda: None
+    wire = runtime.current().wire
+    wire_bytes = 2 * (world - 1) * nbytes // world
+    sends = {f"trainer_{(rank + 1) % world}": wire_bytes}
+    wire.collective(kind, payload_bytes=nbytes, sends=sends, receives=wire_bytes)
+    return lambda: wire.hold_collective(sends, messages=2 * (world - 1))
+
+
 def _as_list(tensors: torch.Tensor | list[torch.Tensor]) -> list[torch.Tensor]:
     out = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
     dtypes = {t.dtype for t in out}
@@ -85,47 +121,189 @@ def _unflatten_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
 
 
 class AllReduceHandle:
-    """An all-reduce in flight; ``wait()`` blocks until both the data and the emulated delay are done."""
+    """An all-reduce in flight; ``wait()`` blocks until both the data and its emulated time are in.
 
-    def __init__(self, tensors: list[torch.Tensor], kind: LinkKind | str) -> None:
+    The real collective is issued at once, on the calling thread, so every trainer issues its
+    collectives in the same order; its emulated time runs on the collective lane.
+    """
+
+    def __init__(self, tensors: list[torch.Tensor], kind: str) -> None:
         self._tensors = tensors
         self._flat = _flatten(tensors)
-        world = dist.get_world_size()
-        if world > 1:  # a group of one moves nothing
-            runtime.charge(kind, self._flat)
         self._work = dist.all_reduce(self._flat, op=dist.ReduceOp.SUM, async_op=True)
-        size = runtime.nbytes(self._flat)
-        network = runtime.current().network
-        self._delay = threading.Thread(
-            target=network.allreduce, args=(size, world), name="allreduce-delay", daemon=True
-        )
-        self._delay.start()
+        hold = ring_charge(runtime.nbytes(self._flat), kind)
+        self._charged: PyFuture[None] = _lane().submit(hold)
 
     def wait(self) -> list[torch.Tensor]:
         """Finish the all-reduce: the input tensors now hold the SUM over the group; return them."""
         self._work.wait()
-        self._delay.join()
+        self._charged.result()
         _unflatten_into(self._flat, self._tensors)
         return self._tensors
 
 
 def allreduce_async(
-    tensors: torch.Tensor | list[torch.Tensor], kind: LinkKind | str = LinkKind.ALLREDUCE
+    tensors: torch.Tensor | list[torch.Tensor], kind: str = LinkKind.ALLREDUCE
 ) -> AllReduceHandle:
-    """Start a SUM all-reduce of ``tensors`` (in place on ``wait()``); charge it now."""
-    return AllReduceHandle(_as_list(tensors), kind)
+    """Start a SUM all-reduce of ``tensors`` (in place on ``wait()``); counted now."""
+    return AllReduceHandle(_as_list(tensors), str(kind))
 
 
 def allreduce(
-    tensors: torch.Tensor | list[torch.Tensor], kind: LinkKind | str = LinkKind.ALLREDUCE
+    tensors: torch.Tensor | list[torch.Tensor], kind: str = LinkKind.ALLREDUCE
 ) -> list[torch.Tensor]:
     """SUM all-reduce of ``tensors`` over the group, in place; returns them as a list."""
     tensors = _as_list(tensors)
     flat = _flatten(tensors)
-    if dist.get_world_size() > 1:  # a group of one moves nothing
-        runtime.charge(kind, flat)
-    work = dist.all_reduce(flat, op=dist.ReduceOp.SUM, async_op=True)
-    runtime.current().network.allreduce(runtime.nbytes(flat), dist.get_world_size())
-    work.wait()
+    ring_charge(runtime.nbytes(flat), str(kind))()
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
     _unflatten_into(flat, tensors)
     return tensors
+
+
+def ddp_hook(
+    kind: str = LinkKind.ALLREDUCE, average: bool = False
+) -> Callable[[Any, dist.GradBucket], Future]:
+    """A ``DistributedDataParallel`` comm hook: all-reduce each bucket over the group via the wire.
+
+    It sums by default: the systems here sum the slices' gradients of the global mean loss
+    (``bagpipe.training.step``), where DDP's own hook averages; ``average=True`` keeps DDP's mean
+    (TorchRec, whose gradient scaling is built on it). The bucket's emulated time runs on the
+    collective lane and its future completes once both the gloo all-reduce and that time are done,
+    so DDP's overlap of buckets with the rest of backward is kept.
+    """
+
+    # No annotations: DDP compares them with its own classes, and these would be strings here.
+    def hook(_state, bucket):  # type: ignore[no-untyped-def]
+        buffer = bucket.buffer()
+        reduced = dist.all_reduce(buffer, op=dist.ReduceOp.SUM, async_op=True).get_future()
+        hold = ring_charge(runtime.nbytes(buffer), str(kind))
+        done: Future = Future()
+
+        def finish() -> None:
+            try:
+                hold()
+                result = reduced.wait()[0]
+                done.set_result(result.div_(dist.get_world_size()) if average else result)
+            except Exception as exc:
+                done.set_exception(exc)
+
+        _lane().submit(finish)
+        return done
+
+    return hook
+
+
+def _chunk_bytes(tensor: torch.Tensor, splits: list[int] | None, world: int) -> list[int]:
+    """Bytes of each rank's part of ``tensor`` split along dim 0 (``splits`` rows, or equal)."""
+    total = tensor.numel() * tensor.element_size()
+    if tensor.dim() == 0 or tensor.shape[0] == 0:
+        return [0] * world
+    row = total // tensor.shape[0]
+    rows = splits if splits is not None else [tensor.shape[0] // world] * world
+    return [row * int(n) for n in rows]
+
+
+def _charge_exchange(sent: list[int], received: list[int], messages: int) -> None:
+    """Count and hold an exchange in which this rank sends ``sent[j]`` bytes to rank ``j``."""
+    rank = dist.get_rank()
+    sends = {f"trainer_{j}": n for j, n in enumerate(sent) if j != rank and n}
+    wire = runtime.current().wire
+    wire.collective(
+        LinkKind.ALLTOALL,
+        payload_bytes=sum(sends.values()),
+        sends=sends,
+        receives=sum(n for j, n in enumerate(received) if j != rank),
+    )
+    wire.hold_collective(sends, messages)
+
+
+def _all_to_all_single(
+    output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int] | None = None,
+    input_split_sizes: list[int] | None = None, *args: Any, **kwargs: Any,
+) -> Any:
+    world = dist.get_world_size(kwargs.get("group"))
+    _charge_exchange(
+        _chunk_bytes(input, input_split_sizes, world),
+        _chunk_bytes(output, output_split_sizes, world),
+        messages=1,
+    )
+    return _ORIGINAL["all_to_all_single"](
+        output, input, output_split_sizes, input_split_sizes, *args, **kwargs
+    )
+
+
+def _all_to_all(output_list: list[torch.Tensor], input_list: list[torch.Tensor], *args: Any,
+                **kwargs: Any) -> Any:
+    _charge_exchange([runtime.nbytes(t) for t in input_list],
+                     [runtime.nbytes(t) for t in output_list], messages=1)
+    return _ORIGINAL["all_to_all"](output_list, input_list, *args, **kwargs)
+
+
+def _ring_exchange(nbytes_out: int, world: int) -> None:
+    """An all-gather or reduce-scatter over a ring: ``nbytes_out`` to the successor, as much in."""
+    if world <= 1:
+        return
+    sends = {f"trainer_{(dist.get_rank() + 1) % world}": nbytes_out}
+    wire = runtime.current().wire
+    wire.collective(LinkKind.ALLTOALL, payload_bytes=nbytes_out, sends=sends, receives=nbytes_out)
+    wire.hold_collective(sends, messages=world - 1)
+
+
+def _all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, *args: Any,
+                            **kwargs: Any) -> Any:
+    world = dist.get_world_size(kwargs.get("group"))
+    _ring_exchange((world - 1) * runtime.nbytes(input), world)
+    return _ORIGINAL["all_gather_into_tensor"](output, input, *args, **kwargs)
+
+
+def _all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, *args: Any,
+                **kwargs: Any) -> Any:
+    world = len(tensor_list)
+    _ring_exchange((world - 1) * runtime.nbytes(tensor), world)
+    return _ORIGINAL["all_gather"](tensor_list, tensor, *args, **kwargs)
+
+
+def _reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, *args: Any,
+                           **kwargs: Any) -> Any:
+    world = dist.get_world_size(kwargs.get("group"))
+    _ring_exchange((world - 1) * runtime.nbytes(input) // world, world)
+    return _ORIGINAL["reduce_scatter_tensor"](output, input, *args, **kwargs)
+
+
+_WIRED = {
+    "all_to_all_single": _all_to_all_single,
+    "all_to_all": _all_to_all,
+    "all_gather_into_tensor": _all_gather_into_tensor,
+    "all_gather": _all_gather,
+    "reduce_scatter_tensor": _reduce_scatter_tensor,
+}
+_ORIGINAL: dict[str, Callable[..., Any]] = {}
+
+
+def wire_torch_collectives() -> None:
+    """Route the collectives a library issues itself through the wire, in this process.
+
+    TorchRec's sharded modules call ``torch.distributed``'s all-to-all, all-gather and
+    reduce-scatter directly; replacing those functions (the ones its ``comm_ops`` look up on the
+    module at call time) counts the bytes each rank really sends to each peer, as ``alltoall``,
+    and delays the caller for them before the real collective runs. All-reduce is not replaced:
+    DDP's runs in C++ and is wired by :func:`ddp_hook`, this module's own by :func:`ring_charge`.
+    """
+    for name, wired in _WIRED.items():
+        if name not in _ORIGINAL:
+            _ORIGINAL[name] = getattr(dist, name)
+            setattr(dist, name, wired)
+
+
+_LANE: ThreadPoolExecutor | None = None
+_LANE_LOCK = threading.Lock()
+
+
+def _lane() -> ThreadPoolExecutor:
+    """This process's collective lane: one thread, so emulated collectives follow issue order."""
+    global _LANE
+    with _LANE_LOCK:
+        if _LANE is None:
+            _LANE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collective-lane")
+        return _LANE

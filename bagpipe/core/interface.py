@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from bagpipe.core.batch import Batch, DatasetSchema
-from bagpipe.core.link import LinkConfig
 from bagpipe.core.meter import StepRecord
+from bagpipe.core.net.wire import NetworkConfig
 
 if TYPE_CHECKING:
     from bagpipe.core.source import BatchSource
@@ -99,7 +99,7 @@ class TrainContext:
     global_batch_size: int
     seed: int
     source: BatchSource
-    link: LinkConfig = field(default_factory=LinkConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
     workdir: Path = field(default_factory=lambda: Path("."))
     resume: ResumePoint | None = None
     num_steps: int | None = None

@@ -37,7 +37,7 @@ from typing import Any
 from bagpipe.core import runtime
 from bagpipe.core.batch import Batch, ids_matrix, split_batch
 from bagpipe.core.interface import ModelState, StepResult, System, TrainContext
-from bagpipe.core.meter import StepRecord
+from bagpipe.core.meter import LinkKind, StepRecord
 from bagpipe.core.roles import Deployment, RoleRef
 from bagpipe.lrpp.oracle_role import OracleRole
 from bagpipe.lrpp.server import BagpipeServerShard
@@ -101,7 +101,7 @@ class Bagpipe(System):
         source = TrainingStream(ctx.source, self._step_offset, end)
         servers = [server_role(s) for s in range(self.num_servers)]
         trainers = [f"trainer_{k}" for k in range(self.num_trainers)]
-        deployment = Deployment(["oracle", *servers, *trainers], link=ctx.link)
+        deployment = Deployment(["oracle", *servers, *trainers], network=ctx.network)
         self._deployment = deployment
         try:
             dim = table_dim(ctx.model)
@@ -131,7 +131,9 @@ class Bagpipe(System):
         step -= self._step_offset  # the roles number steps from where this run (re)started
         planning = oracle.rpc_async().advance(step)
         futures = [
-            trainer.rpc_async().train_step(step, part.dense_features, ids_matrix(part), part.labels)
+            trainer.rpc_async(kind=LinkKind.DATA).train_step(
+                step, part.dense_features, ids_matrix(part), part.labels
+            )
             for trainer, part in zip(self._trainers, split_batch(batch, self.num_trainers), strict=True)
         ]
         *results, planning_s = deployment.wait([*futures, planning])

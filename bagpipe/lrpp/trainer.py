@@ -195,10 +195,7 @@ class BagpipeTrainer:
 
     # ------------------------------------------------------------------ from the oracle / driver
     def receive_plans(self, plans: list[StepPlan | RoundPlan]) -> None:
-        """Plans pushed by the oracle (charged here, on receipt, as the loader's DATA traffic)."""
-        tensors = [t for plan in plans for t in vars(plan).values() if isinstance(t, torch.Tensor)]
-        if tensors:
-            runtime.charge(LinkKind.DATA, *tensors)
+        """Plans pushed by the oracle (the oracle's calls count them as the loader's DATA)."""
         self.board.post(plans)
 
     def train_step(
@@ -207,7 +204,6 @@ class BagpipeTrainer:
         """One iteration on this trainer's slice ``(dense [b, D], ids [b, F], labels [b])``."""
         meter = runtime.current().meter
         spec, design, ci = self.spec, self.design, self.ci
-        runtime.charge(LinkKind.DATA, dense, ids, labels)
         if step % ci == 0:
             with meter.phase(Phase.FETCH_WAIT):
                 self._wait_installed(step // ci)
@@ -365,18 +361,12 @@ class BagpipeTrainer:
         self.cache.install(ids, fetched)
 
     def _write_back(self, shard: int, round_index: int, ids: torch.Tensor, rows: torch.Tensor) -> None:
-        server = f"server_{shard}"
-        runtime.transfer(server, LinkKind.EMB_PUSH, ids, rows, rows=ids.numel())
-        self.servers[shard].rpc_sync().write_back(round_index, ids, rows)
+        self.servers[shard].rpc_sync(kind=LinkKind.EMB_PUSH).write_back(round_index, ids, rows)
 
     def _fetch(self, shard: int, round_index: int, ids: torch.Tensor) -> torch.Tensor:
         if ids.numel() == 0:
             return torch.empty(0, self.cache.dim)
-        server = f"server_{shard}"
-        runtime.transfer(server, LinkKind.EMB_PULL, ids)
-        rows = self.servers[shard].rpc_sync().fetch(round_index, ids, self.role)
-        runtime.charge(LinkKind.EMB_PULL, rows, rows=ids.numel())
-        return rows
+        return self.servers[shard].rpc_sync(kind=LinkKind.EMB_PULL).fetch(round_index, ids)
 
     def stats(self) -> dict[str, Any]:
         return {"cache_rows": len(self.cache), "cache_slots": self.cache.num_slots}

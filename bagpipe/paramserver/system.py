@@ -134,7 +134,7 @@ class ParameterServerSystem(System):
         dim = table_dim(ctx.model)
         servers = [server_role(s) for s in range(self.num_servers)]
         trainers = [f"trainer_{k}" for k in range(self.num_trainers)]
-        deployment = Deployment([*servers, *trainers], link=ctx.link)
+        deployment = Deployment([*servers, *trainers], network=ctx.network)
         try:
             self._servers = [
                 deployment.remote(

@@ -48,7 +48,7 @@ class FaeTrainer(ParameterServerTrainer):
         self.slot_of = torch.full((schema.total_rows,), -1, dtype=torch.int64)
         self.replica = torch.empty(0, dim)
         self.mode = COLD
-        self.tables = ShardedTables(servers, runtime.current().role)
+        self.tables = ShardedTables(servers)
 
     def set_hot_rows(self, hot_ids: torch.Tensor) -> int:
         """Adopt the hot set (sorted global ids); allocate the replica. Returns its bytes."""
@@ -80,7 +80,6 @@ class FaeTrainer(ParameterServerTrainer):
     ) -> tuple[float, StepRecord]:
         """One step on this trainer's slice in the current mode (``ids``: global ``[b, F]``)."""
         meter = runtime.current().meter
-        runtime.charge(LinkKind.DATA, dense, ids, labels)
         keys, inverse = unique_rows(ids)
         if self.mode == HOT:
             slots = self.slot_of[keys]

@@ -19,6 +19,7 @@ import torch
 
 from bagpipe.core.batch import Batch, global_ids
 from bagpipe.core.interface import ModelState, PhaseInfo, StepResult
+from bagpipe.core.meter import LinkKind
 from bagpipe.core.source import BatchSource
 from bagpipe.models import table_dim
 from bagpipe.paramserver import EmbeddingServer, ParameterServerSystem, gather_rows, split_tables
@@ -115,7 +116,7 @@ class FAE(ParameterServerSystem):
             self._swaps += 1
         result = self._collect(
             [
-                trainer.rpc_async().train_step(
+                trainer.rpc_async(kind=LinkKind.DATA).train_step(
                     part.dense_features, global_ids(part, ctx.schema), part.labels
                 )
                 for trainer, part in self._slices(batch)

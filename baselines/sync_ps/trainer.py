@@ -6,7 +6,7 @@ import torch
 
 from bagpipe.core import collectives, runtime
 from bagpipe.core.interface import TrainerSpec
-from bagpipe.core.meter import LinkKind, Phase, StepRecord
+from bagpipe.core.meter import Phase, StepRecord
 from bagpipe.core.roles import Rendezvous, RoleRef
 from bagpipe.paramserver import ParameterServerTrainer, wait_acks
 from bagpipe.training.step import forward_backward, sgd_dense_, unique_rows
@@ -30,7 +30,7 @@ class SyncPSTrainer(ParameterServerTrainer):
         self, rank: int, group: Rendezvous, servers: list[RoleRef], spec: TrainerSpec
     ) -> None:
         super().__init__(rank, group, servers, spec)
-        self.tables = StepOrderedTables(servers, runtime.current().role, rank)
+        self.tables = StepOrderedTables(servers, rank)
         self.offsets = spec.schema.table_offsets
 
     def train_step(
@@ -42,7 +42,6 @@ class SyncPSTrainer(ParameterServerTrainer):
         each step's gradients as one sum in rank order (``server.py``).
         """
         meter = runtime.current().meter
-        runtime.charge(LinkKind.DATA, dense, ids, labels)  # its own input: counted, not delayed
         with meter.phase(Phase.FETCH_WAIT):
             unique_ids, inverse = unique_rows(ids + self.offsets)
             rows = self.tables.pull_at(step, unique_ids)

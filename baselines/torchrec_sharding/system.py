@@ -22,6 +22,7 @@ import torch
 
 from bagpipe.core.batch import Batch, split_batch
 from bagpipe.core.interface import ModelState, StepResult, System, TrainContext
+from bagpipe.core.meter import LinkKind
 from bagpipe.core.roles import Deployment
 from bagpipe.core.runtime import merge_trainer_records
 from bagpipe.core.source import BatchSource
@@ -90,7 +91,7 @@ class TorchRecSharding(System):
         self._next_step = self._sent_until = first_step
         self._ahead.clear()
         roles = [f"trainer_{k}" for k in range(self.num_trainers)]
-        self._deployment = Deployment(roles, link=ctx.link)
+        self._deployment = Deployment(roles, network=ctx.network)
         spec = ctx.trainer_spec()
         try:
             group = self._deployment.new_group("trainers", self.num_trainers)
@@ -119,7 +120,7 @@ class TorchRecSharding(System):
             for rank, piece in enumerate(split_batch(global_batch, self.num_trainers)):
                 per_rank[rank].append(piece)
         futures = [
-            trainer.rpc_async().train_step(step, pieces)
+            trainer.rpc_async(kind=LinkKind.DATA).train_step(step, pieces)
             for trainer, pieces in zip(self._trainers, per_rank, strict=True)
         ]
         results = deployment.wait(futures, timeout_s=self.step_timeout_s)

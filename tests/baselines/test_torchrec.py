@@ -21,7 +21,6 @@ from bagpipe.core.interface import (
     System,
     TrainContext,
 )
-from bagpipe.core.link import LinkConfig
 from bagpipe.core.meter import LinkKind, StepRecord
 from bagpipe.models import build_dense_model
 from bagpipe.training.local import LocalSystem
@@ -58,7 +57,6 @@ def _context(model: ModelConfig) -> TrainContext:
         global_batch_size=GLOBAL_BATCH,
         seed=3,
         source=TinySource(SCHEMA, GLOBAL_BATCH, STEPS, seed=1),
-        link=LinkConfig(enabled=False),
     )
 
 
@@ -119,11 +117,14 @@ def test_each_sharding_equals_local(sharding: str, kernel: str) -> None:
 def test_table_wise_alltoall_bytes_follow_the_formula() -> None:
     """TW, 4 tables round-robin on 2 ranks, B = 8 per rank, D = 8, int64 ids, int32 lengths.
 
-    Per rank and step: ids+lengths for its 2 remote tables ``2 * 8 * (8 + 4)``, pooled output of its
-    2 tables to the peer ``2 * 8 * 8 * 4``, gradients for the 2 remote tables ``2 * 8 * 8 * 4``.
+    Per rank and step, counted from the tensors TorchRec's collectives send: ids+lengths for its
+    2 remote tables ``2 * 8 * (8 + 4)``, pooled output of its 2 tables to the peer ``2 * 8 * 8 * 4``,
+    gradients for the 2 remote tables ``2 * 8 * 8 * 4``, and the splits TorchRec's KJT all-to-all
+    sends ahead of the ids (the lengths' and values' counts and the batch size, an int64 each:
+    ``3 * 8``), which a formula over the ids alone leaves out.
     """
     run = _train(TorchRecSharding(2, sharding="table_wise"), DLRM)
-    per_rank = 2 * 8 * (8 + 4) + 2 * (2 * 8 * 8 * 4)
+    per_rank = 2 * 8 * (8 + 4) + 2 * (2 * 8 * 8 * 4) + 3 * 8
     dense_bytes = sum(p.numel() * 4 for p in build_dense_model(DLRM, SCHEMA, 3).parameters())
     for record in run.records:
         assert record.bytes_sent[str(LinkKind.ALLTOALL)] == 2 * per_rank

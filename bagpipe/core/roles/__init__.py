@@ -9,7 +9,7 @@ joining the RPC world), ``watch`` (liveness), ``failures`` (which role failed an
 ``rendezvous`` (collective groups' stores), ``roleref`` (remote objects).
 """
 
-from bagpipe.core.roles.deployment import Deployment
+from bagpipe.core.roles.deployment import Deployment, last_network_report
 from bagpipe.core.roles.failures import RoleFailedError
 from bagpipe.core.roles.rendezvous import Rendezvous
 from bagpipe.core.roles.roleref import RoleRef, construct
@@ -23,5 +23,6 @@ __all__ = [
     "RoleFailedError",
     "RoleRef",
     "construct",
+    "last_network_report",
     "serve_role",
 ]

@@ -28,7 +28,9 @@ import torch.distributed.rpc as rpc
 import torch.multiprocessing as mp
 
 from bagpipe.core import runtime
-from bagpipe.core.link import LinkConfig
+from bagpipe.core.net import netns
+from bagpipe.core.net.fairshare import SharedNics
+from bagpipe.core.net.wire import Ledger, NetworkConfig
 from bagpipe.core.roles.watch import watch_parent
 
 __all__ = [
@@ -40,8 +42,9 @@ __all__ = [
     "join_rpc_world",
     "request_stop",
     "reset_rpc_bookkeeping",
+    "role_context",
     "serve_role",
-    "use_loopback",
+    "use_interface",
 ]
 
 LOCALHOST = "127.0.0.1"
@@ -51,12 +54,16 @@ _END_S = 2.0  # a terminated role has this long to exit before it is killed
 
 @dataclass(frozen=True)
 class WorldOptions:
-    """How every process of one world runs (the ``Deployment`` arguments of the same names)."""
+    """How every process of one world runs (the ``Deployment`` arguments of the same names).
 
-    link: LinkConfig = field(default_factory=LinkConfig)
+    ``nics`` is the ``model`` back-end's shared NIC state (``None`` for the other back-ends).
+    """
+
+    network: NetworkConfig = field(default_factory=NetworkConfig)
     threads_per_role: int = 1
     num_worker_threads: int = 16
     rpc_timeout_s: float = 300.0
+    nics: SharedNics | None = None
 
 
 @dataclass(frozen=True)
@@ -70,16 +77,25 @@ class RoleArgs:
     options: WorldOptions
     error_dir: str | None
     parent_pid: int | None  # the driver's, for roles spawned here (``watch_parent``)
+    #: The ``netns`` host namespace to enter first (``None``: stay in this one).
+    netns_path: str | None = None
+    #: The interface TensorPipe and gloo use (``None``: as the launcher's environment says).
+    ifname: str | None = None
 
 
-def use_loopback() -> None:
-    """Keep TensorPipe and gloo on the loopback interface (roles spawned on this machine)."""
-    os.environ.setdefault("TP_SOCKET_IFNAME", "lo")
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+def use_interface(ifname: str) -> None:
+    """Make TensorPipe and gloo in this process listen and connect on ``ifname`` only."""
+    os.environ["TP_SOCKET_IFNAME"] = ifname
+    os.environ["GLOO_SOCKET_IFNAME"] = ifname
 
 
 def join_rpc_world(args: RoleArgs) -> None:
-    """``init_rpc`` as ``args.role``: blocks until every process of the world has joined."""
+    """``init_rpc`` as ``args.role``: blocks until every process of the world has joined.
+
+    TensorPipe is held to its TCP transport and its plain channel: left alone it picks shared
+    memory or cross-process memory reads between local processes, which bypass the network (and
+    its emulation) entirely.
+    """
     rpc.init_rpc(
         args.role,
         backend=rpc.BackendType.TENSORPIPE,  # type: ignore[attr-defined]
@@ -89,6 +105,8 @@ def join_rpc_world(args: RoleArgs) -> None:
             num_worker_threads=args.options.num_worker_threads,
             rpc_timeout=args.options.rpc_timeout_s,
             init_method=args.init_method,
+            _transports=["uv"],
+            _channels=["basic"],
         ),
     )
 
@@ -96,14 +114,19 @@ def join_rpc_world(args: RoleArgs) -> None:
 def serve_role(args: RoleArgs) -> None:
     """Body of a role process: join the RPC world, serve calls until the driver shuts down.
 
-    A failure while starting is written to the error directory, so the driver reports it.
+    A role of the ``netns`` back-end enters its host's namespace first, before it starts a thread
+    or opens a socket, so everything it does lives there. A failure while starting is written to
+    the error directory, so the driver reports it.
     """
+    if args.netns_path is not None:
+        netns.enter(args.netns_path)
+    if args.ifname is not None:
+        use_interface(args.ifname)
     if args.parent_pid is not None:
-        use_loopback()
         threading.Thread(target=watch_parent, args=(args.parent_pid,), daemon=True).start()
     torch.set_num_threads(args.options.threads_per_role)
     error_dir = Path(args.error_dir) if args.error_dir else None
-    runtime.init(args.role, args.options.link, error_dir)
+    runtime.init(args.role, args.options.network, error_dir, args.options.nics)
     try:
         join_rpc_world(args)
     except BaseException as exc:
@@ -121,6 +144,11 @@ def serve_role(args: RoleArgs) -> None:
 
 
 _STOP = threading.Event()
+
+
+def role_ledger() -> Ledger:
+    """This role's NIC ledger (the driver gathers every role's before it stops them)."""
+    return runtime.current().wire.ledger
 
 
 def request_stop() -> None:
@@ -142,10 +170,10 @@ def reset_rpc_bookkeeping() -> None:
         rpc.api._all_gather_sequence_id_to_states.clear()
 
 
-def free_port() -> int:
-    """A loopback TCP port that was free a moment ago (for a local world's store)."""
+def free_port(address: str = LOCALHOST) -> int:
+    """A TCP port of ``address`` that was free a moment ago (for a local world's store)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOCALHOST, 0))
+        sock.bind((address, 0))
         return int(sock.getsockname()[1])
 
 
@@ -160,7 +188,7 @@ class LocalRoles:
 
         Each started process is kept at once, so a failure midway still ends the earlier ones.
         """
-        ctx = _role_process_context()
+        ctx = role_context()
         for args in roles:
             proc = ctx.Process(
                 target=serve_role, args=(args,), name=f"bagpipe-{args.role}", daemon=True
@@ -197,7 +225,7 @@ class LocalRoles:
 _PRELOADED_MODULES = ["torch", "torchrec", "bagpipe.core.roles", "bagpipe.models"]
 
 
-def _role_process_context() -> Any:
+def role_context() -> Any:
     """A ``forkserver`` context whose server has already imported torch and torchrec.
 
     Spawning a role from scratch costs a full ``import torch, torchrec`` (~4 s of CPU each); five

@@ -54,6 +54,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from bagpipe.core.checkpoint import Checkpoint, CheckpointStore
 from bagpipe.core.interface import PhaseInfo, System, TrainContext
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
+from bagpipe.core.net.report import NetworkReport
+from bagpipe.core.roles import last_network_report
 from bagpipe.core.source import BatchSource
 from bagpipe.harness.run.evaluate import Evaluator
 
@@ -112,13 +114,18 @@ class EvalPoint:
 
 @dataclass
 class RunResult:
-    """Everything a run measured: per-step metrics, evaluations and the summary."""
+    """Everything a run measured: per-step metrics, evaluations and the summary.
+
+    ``network`` is what crossed each host's NIC (the wire's ledgers, and under ``netns`` the
+    kernel's counters), for systems that deploy roles; its values are also in the summary.
+    """
 
     steps: list[dict[str, float]] = field(default_factory=list)
     evals: list[EvalPoint] = field(default_factory=list)
     summary: dict[str, float] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
     reorders_samples: bool = False
+    network: NetworkReport | None = None
 
 
 class RunCallback(Protocol):
@@ -171,6 +178,7 @@ def run_training(
     Errors from the system propagate after ``close``; ``on_run_end`` is then not called.
     """
     result = RunResult(reorders_samples=type(system).reorders_samples)
+    last_network_report()  # forget any earlier run's
     try:
         ctx, first_step = _starting_point(system, ctx, cfg, resume)
         init_time_s = _set_up(system, ctx, resume)
@@ -188,6 +196,15 @@ def run_training(
         return result
     finally:
         system.close()
+        _add_network_report(result)
+
+
+def _add_network_report(result: RunResult) -> None:
+    """What crossed the hosts' NICs, as the system's deployment recorded it when it closed."""
+    report = last_network_report()
+    if report is not None:
+        result.network = report
+        result.summary.update(report.flat())
 
 
 def _starting_point(

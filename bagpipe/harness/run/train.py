@@ -41,6 +41,7 @@ from bagpipe.harness.track.workspace import git_sha, slurm_job_id
 if TYPE_CHECKING:  # torch is imported inside the job, not when Hydra composes a sweep
     from bagpipe.core.checkpoint import CheckpointStore
     from bagpipe.core.interface import TrainContext
+    from bagpipe.core.net import NetworkConfig
     from bagpipe.core.source import BatchSource
     from bagpipe.harness.run.runner import RunConfig, RunResult
 
@@ -217,7 +218,6 @@ def _prepare(cfg: DictConfig, paths: RunPaths, tags: dict[str, str]) -> _Job:
     from hydra.utils import get_class
 
     from bagpipe.core.interface import OptimConfig, System, TrainContext
-    from bagpipe.core.link import LinkConfig
     from bagpipe.data import DatasetConfig, make_dataset
     from bagpipe.harness.run.runner import RunConfig
     from bagpipe.models import ModelConfig
@@ -235,13 +235,24 @@ def _prepare(cfg: DictConfig, paths: RunPaths, tags: dict[str, str]) -> _Job:
         global_batch_size=int(run.batch_size),
         seed=int(cfg.seed),
         source=dataset.train(int(run.batch_size), int(run.steps)),
-        link=LinkConfig(**_plain(cfg.link)),
+        network=network_config(cfg),
         workdir=paths.run_dir,
     )
     run_cfg = RunConfig(num_steps=int(run.steps), eval_every=int(run.eval_every),
                         warmup_steps=int(run.warmup_steps), progress=bool(run.progress),
                         checkpoint_every=int(run.checkpoint_every))
     return _Job(ctx, dataset.eval(int(run.batch_size), int(run.eval_batches)), run_cfg, store)
+
+
+def network_config(cfg: DictConfig) -> NetworkConfig:
+    """The run's network: the chosen topology with the run's trainer count, its back-end (``auto``
+    resolved for this machine) and dilation."""
+    from bagpipe.core.net import NetworkConfig, Topology, resolve_backend
+
+    topology = Topology.from_dict(_plain(cfg.topology)).with_counts(trainers=int(cfg.trainers))
+    backend = cfg.network.backend
+    name = backend.value if hasattr(backend, "value") else str(backend)
+    return NetworkConfig(resolve_backend(name), topology, float(cfg.network.dilation))
 
 
 def _train(cfg: DictConfig, job: _Job, callbacks: list[object],
