@@ -25,7 +25,9 @@ caller's work.
 
 :func:`ddp_hook` is the same for ``DistributedDataParallel``: a comm hook that all-reduces each
 gradient bucket through the wire (summing, as ``bagpipe.training.step`` wants, unless asked to
-average as TorchRec's DDP does). :func:`wire_torch_collectives` routes the collectives a library
+average as TorchRec's DDP does). :class:`FusedTail` is that hook for a system that all-reduces more
+than its dense replica on the critical path (Bagpipe's sync-now rows, FAE's hot rows): the extra
+gradients, made during backward, ride in DDP's last bucket, one collective for both. :func:`wire_torch_collectives` routes the collectives a library
 calls by itself (TorchRec's all-to-alls, all-gathers and reduce-scatters) through the wire.
 """
 
@@ -48,6 +50,7 @@ from bagpipe.core.roles import Rendezvous
 
 __all__ = [
     "AllReduceHandle",
+    "FusedTail",
     "allreduce",
     "allreduce_async",
     "ddp_hook",
@@ -192,6 +195,93 @@ def ddp_hook(
         return done
 
     return hook
+
+
+class FusedTail:
+    """A DDP comm hook whose last bucket also carries extra gradients made during backward.
+
+    Each step, :meth:`expect` registers the extra tensor's maker on a gradient of the step (the
+    fetched rows'); the last bucket's all-reduce waits until both its bucket and that gradient
+    exist, whichever comes first in backward, and sums both in one collective. After backward,
+    :meth:`take` returns the summed extra tensor. Buckets before the last are summed as
+    :func:`ddp_hook` does. DDP launches buckets in order and the last one last, so every trainer
+    issues the same collectives in the same order.
+
+    Example (a trainer's step)::
+
+        tail = FusedTail()                                     # once
+        model = DistributedDataParallel(dense_model)
+        model.register_comm_hook(None, tail.hook)
+        ...
+        tail.expect(leaf_rows, lambda grad: scatter_rows(sync_now, unique, grad))
+        loss.backward()
+        summed_rows = tail.take()
+    """
+
+    def __init__(self, kind: str = LinkKind.ALLREDUCE) -> None:
+        self.kind = str(kind)
+        self._plain = ddp_hook(self.kind)
+        self._lock = threading.Lock()
+        self._extra: torch.Tensor | None = None
+        self._make: Callable[[torch.Tensor], torch.Tensor] | None = None
+        self._bucket: tuple[torch.Tensor, Future] | None = None
+        self._summed: torch.Tensor | None = None
+
+    def expect(self, grad_of: torch.Tensor, make: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """This step's extra tensor is ``make(gradient of grad_of)`` (``grad_of`` requires grad)."""
+        with self._lock:
+            self._make, self._extra, self._summed = make, None, None
+        grad_of.register_hook(self._on_grad)
+
+    def take(self) -> torch.Tensor:
+        """The extra tensor summed over the group (after backward; empty if none was expected)."""
+        with self._lock:
+            summed, self._summed = self._summed, None
+        return summed if summed is not None else torch.empty(0)
+
+    # No annotations: DDP compares them with its own classes, and these would be strings here.
+    def hook(self, state, bucket):  # type: ignore[no-untyped-def]
+        if not bucket.is_last():
+            return self._plain(state, bucket)
+        done: Future = Future()
+        with self._lock:
+            self._bucket = (bucket.buffer(), done)
+            ready = self._make is None or self._extra is not None
+        if ready:
+            self._launch()
+        return done
+
+    def _on_grad(self, grad: torch.Tensor) -> None:
+        with self._lock:
+            assert self._make is not None
+            self._extra = self._make(grad).reshape(-1)
+            ready = self._bucket is not None
+        if ready:
+            self._launch()
+
+    def _launch(self) -> None:
+        """One SUM all-reduce of the last bucket and the extra tensor, through the wire."""
+        with self._lock:
+            assert self._bucket is not None
+            (buffer, done), self._bucket = self._bucket, None
+            extra = self._extra if self._extra is not None else buffer.new_empty(0)
+            self._make = self._extra = None
+        flat = torch.cat([buffer, extra.to(buffer.dtype)])
+        work = dist.all_reduce(flat, op=dist.ReduceOp.SUM, async_op=True).get_future()
+        hold = ring_charge(runtime.nbytes(flat), self.kind)
+
+        def finish() -> None:
+            try:
+                hold()
+                summed = work.wait()[0]
+                buffer.copy_(summed[: buffer.numel()])
+                with self._lock:
+                    self._summed = summed[buffer.numel():]
+                done.set_result(buffer)
+            except Exception as exc:
+                done.set_exception(exc)
+
+        _lane().submit(finish)
 
 
 def _chunk_bytes(tensor: torch.Tensor, splits: list[int] | None, world: int) -> list[int]:

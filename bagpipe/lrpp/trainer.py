@@ -10,7 +10,8 @@ Critical path of step ``n`` (``train_step``)::
     [wait round n/ci installed, if n starts a round]  FETCH_WAIT (0 when the prefetch kept up)
     gather rows of the slice from the cache           FORWARD
     forward, backward                                 FORWARD, BACKWARD
-    all-reduce(sync_now_n grads ++ dense grads)       SYNC  (one collective, SUM)
+      DDP all-reduces the dense gradients as backward makes them; the last bucket also
+      carries sync_now_n's row gradients (one collective, SUM)
     wait sync_later_{n-1} all-reduce (started at n-1) SYNC  (normally long done)
     SGD: cache rows (sync_now_n, own singletons_n, sync_later_{n-1}), dense   OPTIMIZER
     start all-reduce(sync_later_n), async             -> applied at step n+1
@@ -54,6 +55,7 @@ from typing import Any
 import torch
 
 from bagpipe.core import collectives, runtime
+from bagpipe.core.collectives import FusedTail
 from bagpipe.core.interface import TrainerSpec
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
 from bagpipe.core.roles import Rendezvous, RoleRef
@@ -63,7 +65,7 @@ from bagpipe.oracle.config import OracleConfig
 from bagpipe.oracle.plan import RoundPlan, StepPlan
 from bagpipe.paramserver import ShardLayout
 from bagpipe.training.start import start_dense_model
-from bagpipe.training.step import forward_backward, sgd_dense_, unique_rows
+from bagpipe.training.step import forward_backward, replicate_dense, sgd_dense_, unique_rows
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,9 @@ class BagpipeTrainer:
         self.offsets = spec.schema.table_offsets
         self.model = start_dense_model(spec.model, spec.schema, spec.seed, spec.resume_state)
         self.model.train()
+        self.fuse = FusedTail()  # sync-now rows ride in the dense part's last DDP bucket
+        self.ddp_model = replicate_dense(self.model, self.fuse)
+        self._dense_bytes = sum(runtime.nbytes(p) for p in self.model.parameters())
         self.cache = TrainerCache(oracle.capacity, table_dim(spec.model))
         self.board = _Board()
         self._pending_later: tuple[torch.Tensor, collectives.AllReduceHandle] | None = None
@@ -219,14 +224,13 @@ class BagpipeTrainer:
             rows, hits, misses = self.cache.read_for_step(unique)
         meter.add_cache(hits, misses)
         grads = forward_backward(
-            self.model, dense, rows, inverse, labels, spec.global_batch_size, meter
+            self.ddp_model, dense, rows, inverse, labels, spec.global_batch_size, meter,
+            fuse=self.fuse, extra=lambda row_grads: scatter_rows(plan.sync_now, unique, row_grads),
         )
+        now = self.fuse.take().view(-1, self.cache.dim)  # summed over the trainers
         with meter.phase(Phase.SYNC):
-            now = scatter_rows(plan.sync_now, unique, grads.row_grads)
-            dense_grads = [self._grad_of(p) for p in self.model.parameters()]
-            collectives.allreduce([now, *dense_grads])
             later_ids, later_sum = self._finish_pending_later()
-        meter.count("allreduce_bytes_critical", float(runtime.nbytes(now, *dense_grads)))
+        meter.count("allreduce_bytes_critical", float(runtime.nbytes(now) + self._dense_bytes))
         with meter.phase(Phase.OPTIMIZER):
             mine = plan.singleton[plan.singleton_owner == self.index]
             own = grads.row_grads[torch.searchsorted(unique, mine)]
@@ -270,12 +274,6 @@ class BagpipeTrainer:
         self._shard_pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ critical-path helpers
-    @staticmethod
-    def _grad_of(param: torch.nn.Parameter) -> torch.Tensor:
-        if param.grad is None:
-            param.grad = torch.zeros_like(param)
-        return param.grad
-
     def _finish_pending_later(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self._pending_later is None:
             return torch.empty(0, dtype=torch.int64), torch.empty(0, self.cache.dim)

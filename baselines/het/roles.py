@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from bagpipe.core import collectives, runtime
+from bagpipe.core import runtime
 from bagpipe.core.interface import TrainerSpec
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
 from bagpipe.core.roles import Rendezvous, RoleRef
@@ -204,10 +204,8 @@ class HetTrainer(ParameterServerTrainer):
             request = self.cache.request(torch.unique(ahead.ids))
             self._prefetched = (request, self._send_pull(request))
         grads = forward_backward(
-            self.model, dense, values, inverse, labels, self.global_batch_size, meter
+            self.ddp_model, dense, values, inverse, labels, self.global_batch_size, meter
         )
-        with meter.phase(Phase.SYNC):
-            collectives.allreduce([p.grad for p in self.model.parameters() if p.grad is not None])
         with meter.phase(Phase.OPTIMIZER):
             sgd_dense_(self.model, self.optim.dense_lr)
             push = self.cache.update(keys, -self.optim.embedding_lr * grads.row_grads)
