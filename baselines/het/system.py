@@ -61,6 +61,10 @@ class HET(ParameterServerSystem):
             bound, policy, cache_fraction, cache_rows_per_table, mode, prefetch
         )
 
+    def reads_ahead(self) -> int:
+        """The next batch, whose ids the trainers prefetch (mode ``asp`` with prefetch)."""
+        return 1 if self.settings.mode == "asp" and self.settings.prefetch else 0
+
     def _trainer_args(self) -> tuple[HetSettings]:
         return (self.settings,)
 

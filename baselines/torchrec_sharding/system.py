@@ -56,7 +56,7 @@ class TorchRecSharding(System):
         num_trainers: int = 2,
         sharding: str = "auto",
         kernel: str = "auto",
-        use_pipeline: bool = False,
+        use_pipeline: bool = True,
         planner: bool = False,
         min_partition: int | None = None,
         step_timeout_s: float = 300.0,
@@ -74,6 +74,10 @@ class TorchRecSharding(System):
         self._next_step = 0
         self._sent_until = 0  # batches [0, _sent_until) have been sent to the trainers
         self._ahead: deque[Batch] = deque()  # sent ahead (pipeline), not yet trained
+
+    def reads_ahead(self) -> int:
+        """The batches ``TrainPipelineSparseDist`` holds beyond the current one."""
+        return PIPELINE_DEPTH if self.use_pipeline else 0
 
     def setup(self, ctx: TrainContext) -> None:
         if ctx.global_batch_size % self.num_trainers:

@@ -8,7 +8,8 @@ The runner, not the system, owns what must be identical across systems for a com
 * **seeds**: the global torch RNG is seeded with ``ctx.seed`` before ``setup``;
 * **timing**: ``init_time_s`` is ``setup``; an iteration's ``iter_time_s`` is ``train_step`` alone
   (``time.perf_counter``), fetching the batch is timed apart as ``data_time_s`` (the paper's
-  prototype pre-loaded its batches, so loading is not iteration time);
+  prototype pre-loaded its batches, so loading is not iteration time), and so is producing the
+  batches a system reads ahead (``System.reads_ahead``, :class:`ReadAhead`);
 * **system stats**: ``system.stats()`` is kept whole in ``RunResult.stats``; its numeric values
   also enter the summary as ``system_<key>``;
 * **evaluation**: every ``eval_every`` steps and after the last step, by the same
@@ -58,6 +59,7 @@ from bagpipe.core.net.report import NetworkReport
 from bagpipe.core.roles import last_network_report
 from bagpipe.core.source import BatchSource
 from bagpipe.harness.run.evaluate import Evaluator
+from bagpipe.harness.run.readahead import ReadAhead
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,8 @@ def run_training(
         ctx, first_step = _starting_point(system, ctx, cfg, resume)
         init_time_s = _set_up(system, ctx, resume)
         source = system.prepare_dataset(ctx.source)
+        if not isinstance(source, ReadAhead):  # re-packed (FAE): read one batch at a time
+            source = ReadAhead(source, 0)
         if len(source) == 0:
             raise ValueError("training source has no batches")
         evaluator = Evaluator(ctx.model, ctx.schema, eval_source)
@@ -221,7 +225,8 @@ def _starting_point(
             )
         ctx = replace(ctx, resume=resume.resume_point())
         first_step = resume.step
-    return replace(ctx, num_steps=cfg.num_steps), first_step
+    source = ReadAhead(ctx.source, system.reads_ahead())
+    return replace(ctx, num_steps=cfg.num_steps, source=source), first_step
 
 
 def _set_up(system: System, ctx: TrainContext, resume: Checkpoint | None) -> float:
@@ -246,7 +251,7 @@ class _TrainingLoop:
     """
 
     system: System
-    source: BatchSource
+    source: ReadAhead
     evaluator: Evaluator
     cfg: RunConfig
     callbacks: Sequence[object]
@@ -270,7 +275,7 @@ class _TrainingLoop:
     def _train(self, step: int) -> float:
         """Train batch ``step``, keep and report its metrics; return its loss."""
         data_start = time.perf_counter()
-        batch = self.source[step % len(self.source)]
+        batch = self.source.prepare(step)
         step_start = time.perf_counter()
         out = self.system.train_step(step, batch)
         iter_time_s = time.perf_counter() - step_start

@@ -217,6 +217,8 @@ class HarnessConfig:
     seed: int = 0
     #: Trainer count that system configs interpolate (``num_trainers: ${trainers}``).
     trainers: int = 2
+    #: Every caching system's budget: this share of the dataset's rows per trainer.
+    cache_budget: float = 0.2
     suite_name: str = "adhoc"
     scale_name: str = "small"
     launcher_name: str = "local"
