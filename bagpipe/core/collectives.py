@@ -294,40 +294,74 @@ def _chunk_bytes(tensor: torch.Tensor, splits: list[int] | None, world: int) -> 
     return [row * int(n) for n in rows]
 
 
-def _charge_exchange(sent: list[int], received: list[int], messages: int) -> None:
-    """Count and hold an exchange in which this rank sends ``sent[j]`` bytes to rank ``j``."""
+def _exchange(
+    run: Callable[[], Any], sent: list[int], received: list[int], messages: int,
+    group: Any, async_op: bool,
+) -> Any:
+    """Count an exchange in which this rank sends ``sent[j]`` bytes to rank ``j`` and receives
+    ``received[j]`` from it, run it (``run()``), and hold for it; return what ``run`` returned.
+
+    gloo runs an all-to-all one peer at a time, sending then receiving (measured on the netns
+    back-end: two ranks exchanging 2 MB each take twice the time of one full-duplex transfer),
+    so its receives are held after its sends; other back-ends overlap them. An async call's hold
+    runs on the exchange lanes, two at once as gloo's two worker threads run two ops, and its work
+    completes once both the real exchange and the hold are done.
+    """
     rank = dist.get_rank()
     sends = {f"trainer_{j}": n for j, n in enumerate(sent) if j != rank and n}
+    receives = {f"trainer_{j}": n for j, n in enumerate(received) if j != rank and n}
     wire = runtime.current().wire
     wire.collective(
         LinkKind.ALLTOALL,
         payload_bytes=sum(sends.values()),
         sends=sends,
-        receives=sum(n for j, n in enumerate(received) if j != rank),
+        receives=sum(receives.values()),
     )
-    wire.hold_collective(sends, messages)
+    serial = dist.get_backend(group) == "gloo"
+
+    def hold() -> None:
+        wire.hold_collective(sends, messages, then_receives=receives if serial else None)
+
+    if not async_op:
+        hold()
+        return run()
+    work = run()
+    held: Future = Future()
+
+    def hold_then_finish() -> None:
+        try:
+            hold()
+            held.set_result(None)
+        except Exception as exc:
+            held.set_exception(exc)
+
+    _exchange_lanes().submit(hold_then_finish)
+    both = torch.futures.collect_all([work.get_future(), held]).then(lambda _: None)
+    return torch._C._distributed_c10d._create_work_from_future(both)
 
 
 def _all_to_all_single(
     output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int] | None = None,
-    input_split_sizes: list[int] | None = None, *args: Any, **kwargs: Any,
+    input_split_sizes: list[int] | None = None, group: Any = None, async_op: bool = False,
 ) -> Any:
-    world = dist.get_world_size(kwargs.get("group"))
-    _charge_exchange(
+    world = dist.get_world_size(group)
+    return _exchange(
+        lambda: _ORIGINAL["all_to_all_single"](
+            output, input, output_split_sizes, input_split_sizes, group=group, async_op=async_op
+        ),
         _chunk_bytes(input, input_split_sizes, world),
         _chunk_bytes(output, output_split_sizes, world),
-        messages=1,
-    )
-    return _ORIGINAL["all_to_all_single"](
-        output, input, output_split_sizes, input_split_sizes, *args, **kwargs
+        messages=1, group=group, async_op=async_op,
     )
 
 
-def _all_to_all(output_list: list[torch.Tensor], input_list: list[torch.Tensor], *args: Any,
-                **kwargs: Any) -> Any:
-    _charge_exchange([runtime.nbytes(t) for t in input_list],
-                     [runtime.nbytes(t) for t in output_list], messages=1)
-    return _ORIGINAL["all_to_all"](output_list, input_list, *args, **kwargs)
+def _all_to_all(output_list: list[torch.Tensor], input_list: list[torch.Tensor],
+                group: Any = None, async_op: bool = False) -> Any:
+    return _exchange(
+        lambda: _ORIGINAL["all_to_all"](output_list, input_list, group=group, async_op=async_op),
+        [runtime.nbytes(t) for t in input_list], [runtime.nbytes(t) for t in output_list],
+        messages=1, group=group, async_op=async_op,
+    )
 
 
 def _ring_exchange(nbytes_out: int, world: int) -> None:
@@ -356,8 +390,12 @@ def _all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, *args: An
 
 def _reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, *args: Any,
                            **kwargs: Any) -> Any:
-    world = dist.get_world_size(kwargs.get("group"))
-    _ring_exchange((world - 1) * runtime.nbytes(input) // world, world)
+    group = kwargs.get("group")
+    world = dist.get_world_size(group)
+    # gloo has no reduce-scatter of its own: it all-reduces the whole input (measured on the
+    # netns back-end: the kernel sees an all-reduce's bytes), where NCCL sends (T-1)/T of it.
+    share = 2 * (world - 1) if dist.get_backend(group) == "gloo" else world - 1
+    _ring_exchange(share * runtime.nbytes(input) // world, world)
     return _ORIGINAL["reduce_scatter_tensor"](output, input, *args, **kwargs)
 
 
@@ -387,6 +425,7 @@ def wire_torch_collectives() -> None:
 
 
 _LANE: ThreadPoolExecutor | None = None
+_EXCHANGE_LANES: ThreadPoolExecutor | None = None
 _LANE_LOCK = threading.Lock()
 
 
@@ -397,3 +436,12 @@ def _lane() -> ThreadPoolExecutor:
         if _LANE is None:
             _LANE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collective-lane")
         return _LANE
+
+
+def _exchange_lanes() -> ThreadPoolExecutor:
+    """This process's lanes for async exchanges: two, as gloo runs two ops of a group at once."""
+    global _EXCHANGE_LANES
+    with _LANE_LOCK:
+        if _EXCHANGE_LANES is None:
+            _EXCHANGE_LANES = ThreadPoolExecutor(max_workers=2, thread_name_prefix="exchange-lane")
+        return _EXCHANGE_LANES

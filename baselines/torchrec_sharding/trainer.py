@@ -69,8 +69,13 @@ PIPELINE_PHASE = "train_pipeline"  # the pipeline runs a whole step in one call
 class WiredDataParallel(DefaultDataParallelWrapper):
     """TorchRec's DDP for the unsharded part, its buckets all-reduced through the wire.
 
-    Averaged, as TorchRec's own DDP does: the gradient scaling above is built on that mean.
+    Averaged, as TorchRec's own DDP does: the gradient scaling above is built on that mean. The
+    initial broadcast from rank 0 is skipped, as for every system's replicas
+    (``bagpipe.training.step.replicate_dense``): every rank loads the same seeded weights.
     """
+
+    def __init__(self) -> None:
+        super().__init__(ddp_kwargs={"init_sync": False})
 
     def wrap(self, dmp: DistributedModelParallel, env: ShardingEnv, device: torch.device) -> None:
         super().wrap(dmp, env, device)

@@ -29,12 +29,15 @@ from collections.abc import Mapping, Sequence
 from multiprocessing.context import BaseContext
 from typing import Any
 
+import numpy as np
+
 from bagpipe.core.net.topology import Nic
 
 __all__ = ["SharedNics"]
 
 _MAX_FLOWS = 512
 _DONE_EPSILON_BYTES = 1e-6
+_TIE = 1.0 + 1e-12  # NICs whose fair share equals the smallest, up to rounding, fill together
 # Field offsets in one flow slot of the shared table.
 _ACTIVE, _SRC, _DST, _REMAINING = range(4)
 _SLOT = 4
@@ -55,12 +58,15 @@ class SharedNics:
     def __init__(self, hosts: Mapping[str, Nic], context: BaseContext) -> None:
         self.hosts = tuple(hosts)
         self._index = {host: i for i, host in enumerate(self.hosts)}
-        self._egress = [hosts[h].egress_bytes_per_s for h in self.hosts]
-        self._ingress = [hosts[h].ingress_bytes_per_s for h in self.hosts]
-        self._flows: Any = context.RawArray(ctypes.c_double, _MAX_FLOWS * _SLOT)
-        self._clock: Any = context.RawArray(ctypes.c_double, 1)
-        self._clock[0] = time.monotonic()
+        self._egress = np.array([hosts[h].egress_bytes_per_s for h in self.hosts])
+        self._ingress = np.array([hosts[h].ingress_bytes_per_s for h in self.hosts])
+        self._raw: Any = context.RawArray(ctypes.c_double, _MAX_FLOWS * _SLOT + 1)
         self._changed = context.Condition(context.Lock())
+        self._view: np.ndarray | None = None
+        self._clock_view()[0] = time.monotonic()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_view": None}  # views are rebuilt over the shared buffer
 
     # ------------------------------------------------------------------ public
     def transfer(self, src: str, dsts: Sequence[tuple[str, float]]) -> float:
@@ -71,88 +77,89 @@ class SharedNics:
         if not flows:
             return 0.0
         started = time.monotonic()
+        table = self._table()
         with self._changed:
             self._advance(time.monotonic())
-            slots = [self._open(src_i, dst_i, n) for src_i, dst_i, n in flows]
+            slots = np.array([self._open(src_i, dst_i, n) for src_i, dst_i, n in flows])
             self._changed.notify_all()
             while True:
-                now = time.monotonic()
-                self._advance(now)
-                if all(self._remaining(s) <= _DONE_EPSILON_BYTES for s in slots):
+                self._advance(time.monotonic())
+                if bool((table[slots, _REMAINING] <= _DONE_EPSILON_BYTES).all()):
                     break
                 self._changed.wait(timeout=self._time_to_next_event() + 1e-4)
-            for slot in slots:
-                self._flows[slot * _SLOT + _ACTIVE] = 0.0
+            table[slots, _ACTIVE] = 0.0
             self._changed.notify_all()
         return time.monotonic() - started
 
     # ------------------------------------------------------------------ the fluid model
+    def _table(self) -> np.ndarray:
+        """``[slots, (active, src, dst, remaining)]`` over the shared buffer."""
+        if self._view is None:
+            self._view = np.frombuffer(self._raw, dtype=np.float64)
+        return self._view[: _MAX_FLOWS * _SLOT].reshape(_MAX_FLOWS, _SLOT)
+
+    def _clock_view(self) -> np.ndarray:
+        if self._view is None:
+            self._view = np.frombuffer(self._raw, dtype=np.float64)
+        return self._view[_MAX_FLOWS * _SLOT :]
+
     def _open(self, src: int, dst: int, nbytes: float) -> int:
-        table = self._flows
-        for slot in range(_MAX_FLOWS):
-            if table[slot * _SLOT + _ACTIVE] == 0.0:
-                base = slot * _SLOT
-                table[base + _ACTIVE] = 1.0
-                table[base + _SRC] = float(src)
-                table[base + _DST] = float(dst)
-                table[base + _REMAINING] = nbytes
-                return slot
-        raise RuntimeError(f"more than {_MAX_FLOWS} concurrent emulated transfers")
+        table = self._table()
+        free = np.flatnonzero(table[:, _ACTIVE] == 0.0)
+        if free.size == 0:
+            raise RuntimeError(f"more than {_MAX_FLOWS} concurrent emulated transfers")
+        table[free[0]] = (1.0, float(src), float(dst), nbytes)
+        return int(free[0])
 
-    def _remaining(self, slot: int) -> float:
-        return float(self._flows[slot * _SLOT + _REMAINING])
+    def _flowing(self) -> tuple[np.ndarray, np.ndarray]:
+        """Slots of the flows with bytes left, and their max-min fair rates (bytes/s)."""
+        table = self._table()
+        slots = np.flatnonzero(
+            (table[:, _ACTIVE] > 0.0) & (table[:, _REMAINING] > _DONE_EPSILON_BYTES)
+        )
+        return slots, self._rates(table[slots, _SRC].astype(np.intp),
+                                  table[slots, _DST].astype(np.intp))
 
-    def _active(self) -> list[tuple[int, int, int]]:
-        """``(slot, src, dst)`` of every flow with bytes left to send."""
-        table = self._flows
-        out = []
-        for slot in range(_MAX_FLOWS):
-            base = slot * _SLOT
-            if table[base + _ACTIVE] and table[base + _REMAINING] > _DONE_EPSILON_BYTES:
-                out.append((slot, int(table[base + _SRC]), int(table[base + _DST])))
-        return out
-
-    def _rates(self, flows: list[tuple[int, int, int]]) -> dict[int, float]:
-        """Max-min fair rates (bytes/s) by progressive filling over egress and ingress NICs."""
-        capacity = {("out", h): c for h, c in enumerate(self._egress)}
-        capacity.update({("in", h): c for h, c in enumerate(self._ingress)})
-        users: dict[tuple[str, int], set[int]] = {}
-        for slot, src, dst in flows:
-            users.setdefault(("out", src), set()).add(slot)
-            users.setdefault(("in", dst), set()).add(slot)
-        rates: dict[int, float] = {}
-        while len(rates) < len(flows):
-            share, bottleneck = min(
-                (capacity[nic] / len(slots), nic) for nic, slots in users.items() if slots
-            )
-            for slot in list(users[bottleneck]):
-                rates[slot] = share
-                for nic, slots in users.items():
-                    if slot in slots:
-                        slots.discard(slot)
-                        capacity[nic] -= share
-        return rates
+    def _rates(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Progressive filling: raise every unfrozen flow's rate together until a NIC direction
+        is full, freeze the flows through it, repeat."""
+        hosts = len(self.hosts)
+        out_left, in_left = self._egress.copy(), self._ingress.copy()
+        rate = np.zeros(src.size)
+        frozen = np.zeros(src.size, dtype=bool)
+        while not frozen.all():
+            live_src, live_dst = src[~frozen], dst[~frozen]
+            users_out = np.bincount(live_src, minlength=hosts)
+            users_in = np.bincount(live_dst, minlength=hosts)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                share_out = np.where(users_out > 0, out_left / users_out, np.inf)
+                share_in = np.where(users_in > 0, in_left / users_in, np.inf)
+            share = min(share_out.min(), share_in.min())
+            full_out, full_in = share_out <= share * _TIE, share_in <= share * _TIE
+            fix = ~frozen & (full_out[src] | full_in[dst])
+            rate[fix] = share
+            frozen |= fix
+            out_left -= np.bincount(src[fix], minlength=hosts) * share
+            in_left -= np.bincount(dst[fix], minlength=hosts) * share
+        return rate
 
     def _advance(self, now: float) -> None:
         """Move every flow's progress from the table's clock to ``now``, event by event."""
-        clock = self._clock[0]
-        table = self._flows
-        while now > clock:
-            flows = self._active()
-            if not flows:
+        clock = self._clock_view()
+        table = self._table()
+        while now > clock[0]:
+            slots, rates = self._flowing()
+            if slots.size == 0:
                 break
-            rates = self._rates(flows)
-            step = min(now - clock, min(self._remaining(s) / rates[s] for s, _, _ in flows))
-            for slot, _, _ in flows:
-                base = slot * _SLOT
-                table[base + _REMAINING] = max(0.0, table[base + _REMAINING] - rates[slot] * step)
-            clock += step
-        self._clock[0] = now
+            remaining = table[slots, _REMAINING]
+            step = min(now - clock[0], float((remaining / rates).min()))
+            table[slots, _REMAINING] = np.maximum(0.0, remaining - rates * step)
+            clock[0] += step
+        clock[0] = now
 
     def _time_to_next_event(self) -> float:
         """Seconds until the next flow ends if none starts meanwhile (rates change then)."""
-        flows = self._active()
-        if not flows:
+        slots, rates = self._flowing()
+        if slots.size == 0:
             return 0.0
-        rates = self._rates(flows)
-        return min(self._remaining(s) / rates[s] for s, _, _ in flows)
+        return float((self._table()[slots, _REMAINING] / rates).min())

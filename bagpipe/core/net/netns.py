@@ -21,9 +21,11 @@ all-to-alls, DDP's buckets), so no system can move a byte without paying for it:
 * **Lifetime.** Namespaces are anonymous and held by small holder processes that exit as soon as
   the driver process is gone (checked every 0.2 s), even after a ``SIGKILL``. A namespace dies
   with the last process in it, taking its interfaces, qdiscs and the bridge with it, and the
-  driver's veth end dies with its peer. Nothing is named in ``/run/netns`` and nothing outlives
-  the run. Addresses are private (``10.200.0.0/13``), picked so as not to overlap any route of
-  this machine, and used only inside these namespaces.
+  driver's veth end dies with its peer. A deployment's hosts go when it closes; the switch (the
+  bridge and the driver's port, :class:`Switch`) serves every deployment of the driver process
+  and goes with the process. Nothing is named in ``/run/netns`` and nothing outlives the driver.
+  Addresses are private (``10.200.0.0/13``), picked so as not to overlap any route of this
+  machine, and used only inside these namespaces.
 
 Role processes enter their host with :func:`enter`, before they open any socket.
 """
@@ -39,8 +41,8 @@ import os
 import random
 import re
 import shutil
-import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -56,6 +58,7 @@ _HOLDER = "while kill -0 $0 2>/dev/null; do sleep 0.2; done"
 _DATA_CLASS, _CONTROL_CLASS = "1:10", "1:20"
 _CONTROL_RATE = "40gbit"
 _FIFO_PACKETS = 100_000
+_FRAME_BYTES = 1514
 _TOOLS = ("ip", "tc", "unshare", "nsenter")
 _IDS = itertools.count()
 
@@ -70,8 +73,9 @@ class NicCounters:
 
     ``tx_bytes``/``rx_bytes`` count what crossed the host's shaped classes (frames: payload plus
     TCP/IP and Ethernet headers, ACKs included); ``control_bytes`` what went to or came from the
-    driver; ``retransmits`` the host's TCP retransmitted segments; ``dropped`` packets its shaped
-    queues dropped (0 by construction; a check, not an assumption).
+    driver; ``retransmits`` the host's TCP segments resent because they were lost, ``loss_probes``
+    those resent because an ACK came late; ``dropped`` packets its shaped queues dropped (0 by
+    construction; a check, not an assumption).
     """
 
     tx_bytes: int
@@ -79,6 +83,7 @@ class NicCounters:
     control_bytes: int
     retransmits: int
     dropped: int = 0
+    loss_probes: int = 0
 
     def __sub__(self, other: NicCounters) -> NicCounters:
         return NicCounters(
@@ -87,6 +92,7 @@ class NicCounters:
             self.control_bytes - other.control_bytes,
             self.retransmits - other.retransmits,
             self.dropped - other.dropped,
+            self.loss_probes - other.loss_probes,
         )
 
 
@@ -116,8 +122,90 @@ def enter(netns_path: str) -> None:
         os.close(fd)
 
 
+class Switch:
+    """The bridge every emulated host of this process plugs into, and the driver's port on it.
+
+    One per driver process, built on first use and kept until the process exits: TensorPipe reads
+    the interface it listens on once per process, so the driver's address must outlive any one
+    deployment. The bridge lives in a namespace of its own, held by a process that exits with the
+    driver; the driver's veth end dies with it. Host addresses are handed out and taken back as
+    deployments come and go.
+    """
+
+    _instance: Switch | None = None
+
+    def __init__(self) -> None:
+        self.tag = f"bq{os.getpid() % 46656:03x}"
+        self.holder: subprocess.Popen[bytes] | None = None
+        self.subnet: ipaddress.IPv4Network | None = None
+        self._free: list[int] = list(range(1, 250))
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of_this_process(cls) -> Switch:
+        """This process's switch, built now if it does not exist yet."""
+        if cls._instance is None or cls._instance.holder is None or (
+            cls._instance.holder.poll() is not None
+        ):
+            switch = cls()
+            switch._build()
+            cls._instance = switch
+        return cls._instance
+
+    @property
+    def driver_ifname(self) -> str:
+        return f"{self.tag}d"
+
+    @property
+    def driver_address(self) -> str:
+        assert self.subnet is not None
+        return str(self.subnet[254])
+
+    def netns_path(self) -> str:
+        assert self.holder is not None
+        return f"/proc/{self.holder.pid}/ns/net"
+
+    def allocate(self, count: int) -> list[str]:
+        """``count`` free host addresses of the switch's subnet."""
+        assert self.subnet is not None
+        with self._lock:
+            if count > len(self._free):
+                raise NetnsUnavailableError(f"{count} hosts: only {len(self._free)} addresses left")
+            taken, self._free = self._free[:count], self._free[count:]
+        return [str(self.subnet[i]) for i in taken]
+
+    def release(self, addresses: list[str]) -> None:
+        assert self.subnet is not None
+        base = int(self.subnet.network_address)
+        with self._lock:
+            self._free.extend(int(ipaddress.IPv4Address(a)) - base for a in addresses)
+
+    def _build(self) -> None:
+        try:
+            with _machine_lock():
+                self.subnet = _free_subnet()
+                self.holder = _holder()
+                _wait_for_holders({"switch": self.holder})
+                inside = f"{self.tag}s"
+                _in(self.holder.pid, "ip", "link", "add", "br0", "type", "bridge")
+                _in(self.holder.pid, "ip", "link", "set", "br0", "up")
+                _run("ip", "link", "add", self.driver_ifname, "type", "veth", "peer", "name", inside)
+                _run("ip", "link", "set", inside, "netns", str(self.holder.pid))
+                _in(self.holder.pid, "ip", "link", "set", inside, "master", "br0")
+                _in(self.holder.pid, "ip", "link", "set", inside, "up")
+                _run("ip", "addr", "add", f"{self.driver_address}/{self.subnet.prefixlen}", "dev",
+                     self.driver_ifname)
+                _run("ip", "link", "set", self.driver_ifname, "up")
+        except BaseException:
+            if self.holder is not None:
+                self.holder.kill()
+                self.holder.wait()
+            self.holder = None
+            raise
+
+
 class NamespaceHosts:
-    """Emulated hosts on one private bridge (module docstring). A context manager.
+    """Emulated hosts on this process's switch (module docstring). A context manager.
 
     Args:
         hosts: host name -> its NIC (bandwidths each way; latency is charged elsewhere).
@@ -129,25 +217,23 @@ class NamespaceHosts:
             raise NetnsUnavailableError(f"the netns back-end needs root and {_TOOLS}: {reason}")
         if not hosts:
             raise ValueError("NamespaceHosts needs at least one host")
-        if len(hosts) > 250:
-            raise ValueError(f"{len(hosts)} hosts do not fit one /24 subnet")
         self.nics = dict(hosts)
-        self._tag = f"bq{os.getpid() % 46656:03x}{next(_IDS) % 36:x}"[:8]
+        self.switch = Switch.of_this_process()
+        self._tag = f"{self.switch.tag}{next(_IDS) % 1296:02x}"
         self._holders: dict[str, subprocess.Popen[bytes]] = {}
         self._addresses: dict[str, str] = {}
         self._switch_ends: dict[str, str] = {}
-        self._subnet: ipaddress.IPv4Network | None = None
         self._baseline: dict[str, NicCounters] = {}
         self._closed = False
 
     # ------------------------------------------------------------------ public
     @property
     def driver_address(self) -> str:
-        return str(self._require_subnet()[254])
+        return self.switch.driver_address
 
     @property
     def driver_ifname(self) -> str:
-        return f"{self._tag}d"
+        return self.switch.driver_ifname
 
     @property
     def host_ifname(self) -> str:
@@ -169,18 +255,13 @@ class NamespaceHosts:
         self.close()
 
     def start(self) -> None:
-        """Build the switch, the hosts and the driver's port; on any failure, remove them all."""
+        """Build the hosts and plug them into the switch; on any failure, remove them all."""
         try:
-            with _machine_lock():
-                self._subnet = _free_subnet()
-                self._holders["switch"] = _holder()
-                for index, host in enumerate(self.nics):
-                    self._holders[host] = _holder()
-                    self._addresses[host] = str(self._subnet[index + 1])
-                self._wait_for_holders()
-                self._in("switch", "ip", "link", "add", "br0", "type", "bridge")
-                self._in("switch", "ip", "link", "set", "br0", "up")
-                self._add_driver_port()
+            addresses = self.switch.allocate(len(self.nics))
+            for host, address in zip(self.nics, addresses, strict=True):
+                self._holders[host] = _holder()
+                self._addresses[host] = address
+            _wait_for_holders(self._holders)
             for index, host in enumerate(self.nics):
                 self._add_host(index, host)
             self._baseline = self.counters(since_start=False)
@@ -193,14 +274,16 @@ class NamespaceHosts:
         out = {}
         for host in self.nics:
             egress = self._in(host, "tc", "-s", "class", "show", "dev", self.host_ifname)
-            ingress = self._in("switch", "tc", "-s", "class", "show", "dev",
-                               self._switch_ends[host])
+            resent, probes = _tcp_counters(self._holders[host].pid)
+            ingress = _in(self.switch_pid, "tc", "-s", "class", "show", "dev",
+                          self._switch_ends[host])
             now = NicCounters(
                 tx_bytes=_class_stat(egress, _DATA_CLASS, "bytes"),
                 rx_bytes=_class_stat(ingress, _DATA_CLASS, "bytes"),
                 control_bytes=_class_stat(egress, _CONTROL_CLASS, "bytes")
                 + _class_stat(ingress, _CONTROL_CLASS, "bytes"),
-                retransmits=_retransmits(self._holders[host].pid),
+                retransmits=resent,
+                loss_probes=probes,
                 dropped=_class_stat(egress, _DATA_CLASS, "dropped")
                 + _class_stat(ingress, _DATA_CLASS, "dropped"),
             )
@@ -209,7 +292,8 @@ class NamespaceHosts:
         return out
 
     def close(self) -> None:
-        """End the holders: the namespaces, their interfaces, qdiscs and the bridge go with them.
+        """End the hosts' holders: their namespaces, interfaces and qdiscs go with them (the
+        switch stays for the next deployment of this process, and goes when the process does).
 
         Role processes must have left first (a namespace lives while any process is in it).
         """
@@ -222,82 +306,58 @@ class NamespaceHosts:
         for proc in self._holders.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
-        with contextlib.suppress(subprocess.CalledProcessError):
-            # Gone with its peer already, unless the switch namespace is still held somewhere.
-            if Path(f"/sys/class/net/{self.driver_ifname}").exists():
-                _run("ip", "link", "del", self.driver_ifname)
+        self.switch.release(list(self._addresses.values()))
 
     # ------------------------------------------------------------------ building
-    def _add_driver_port(self) -> None:
-        subnet = self._require_subnet()
-        inside = f"{self._tag}s"
-        _run("ip", "link", "add", self.driver_ifname, "type", "veth", "peer", "name", inside)
-        _run("ip", "link", "set", inside, "netns", str(self._holders["switch"].pid))
-        self._in("switch", "ip", "link", "set", inside, "master", "br0")
-        self._in("switch", "ip", "link", "set", inside, "up")
-        _run("ip", "addr", "add", f"{self.driver_address}/{subnet.prefixlen}", "dev",
-             self.driver_ifname)
-        _run("ip", "link", "set", self.driver_ifname, "up")
-
     def _add_host(self, index: int, host: str) -> None:
         nic = self.nics[host]
         outside, switch_end = f"{self._tag}h{index}", f"{self._tag}s{index}"
         self._switch_ends[host] = switch_end
         _run("ip", "link", "add", outside, "type", "veth", "peer", "name", switch_end)
         _run("ip", "link", "set", outside, "netns", str(self._holders[host].pid))
-        _run("ip", "link", "set", switch_end, "netns", str(self._holders["switch"].pid))
-        prefix = self._require_subnet().prefixlen
+        _run("ip", "link", "set", switch_end, "netns", str(self.switch_pid))
+        assert self.switch.subnet is not None
+        prefix = self.switch.subnet.prefixlen
         self._in(host, "ip", "link", "set", outside, "name", self.host_ifname)
         self._in(host, "ip", "addr", "add", f"{self._addresses[host]}/{prefix}", "dev",
                  self.host_ifname)
         self._in(host, "ip", "link", "set", self.host_ifname, "up")
         self._in(host, "ip", "link", "set", "lo", "up")
-        self._in("switch", "ip", "link", "set", switch_end, "master", "br0")
-        self._in("switch", "ip", "link", "set", switch_end, "up")
-        self._shape(host, self.host_ifname, nic.egress_bytes_per_s, "dst")
-        self._shape("switch", switch_end, nic.ingress_bytes_per_s, "src")
+        _in(self.switch_pid, "ip", "link", "set", switch_end, "master", "br0")
+        _in(self.switch_pid, "ip", "link", "set", switch_end, "up")
+        self._shape(self._holders[host].pid, self.host_ifname, nic.egress_bytes_per_s, "dst")
+        self._shape(self.switch_pid, switch_end, nic.ingress_bytes_per_s, "src")
 
-    def _shape(self, namespace: str, dev: str, bytes_per_s: float, driver_field: str) -> None:
+    def _shape(self, pid: int, dev: str, bytes_per_s: float, driver_field: str) -> None:
         """``htb``: the data class at the NIC's rate, the driver's control class unshaped."""
         rate = f"{int(bytes_per_s * 8)}bit"
-        burst = str(max(64 * 1024, int(bytes_per_s / 1000)))  # at least 1 ms of sending
+        # A token bucket lets a burst pass at line rate: keep it to two full frames or 100 us of
+        # the rate, so a small message pays its bytes at the NIC's rate as the model back-end's do.
+        burst = str(max(2 * _FRAME_BYTES, int(bytes_per_s * 1e-4)))
         tc = ("tc",)
-        self._in(namespace, *tc, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb",
+        _in(pid, *tc, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb",
                  "default", "10")
-        self._in(namespace, *tc, "class", "add", "dev", dev, "parent", "1:", "classid",
+        _in(pid, *tc, "class", "add", "dev", dev, "parent", "1:", "classid",
                  _DATA_CLASS, "htb", "rate", rate, "ceil", rate, "burst", burst, "cburst", burst,
                  "quantum", "60000")
-        self._in(namespace, *tc, "class", "add", "dev", dev, "parent", "1:", "classid",
+        _in(pid, *tc, "class", "add", "dev", dev, "parent", "1:", "classid",
                  _CONTROL_CLASS, "htb", "rate", _CONTROL_RATE, "ceil", _CONTROL_RATE,
                  "quantum", "200000")
         for leaf, parent in (("10:", _DATA_CLASS), ("20:", _CONTROL_CLASS)):
-            self._in(namespace, *tc, "qdisc", "add", "dev", dev, "parent", parent, "handle",
+            _in(pid, *tc, "qdisc", "add", "dev", dev, "parent", parent, "handle",
                      leaf, "pfifo", "limit", str(_FIFO_PACKETS))
-        self._in(namespace, *tc, "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip",
+        _in(pid, *tc, "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip",
                  "prio", "1", "u32", "match", "ip", driver_field, f"{self.driver_address}/32",
                  "flowid", _CONTROL_CLASS)
 
     # ------------------------------------------------------------------ helpers
-    def _in(self, namespace: str, *cmd: str) -> str:
-        return _run("nsenter", f"--net=/proc/{self._holders[namespace].pid}/ns/net", *cmd)
+    @property
+    def switch_pid(self) -> int:
+        assert self.switch.holder is not None
+        return self.switch.holder.pid
 
-    def _wait_for_holders(self) -> None:
-        """A holder has unshared once its ``net`` namespace differs from ours."""
-        mine = os.readlink("/proc/self/ns/net")
-        deadline = time.monotonic() + 10.0
-        for name, proc in self._holders.items():
-            while True:
-                with contextlib.suppress(FileNotFoundError):
-                    if os.readlink(f"/proc/{proc.pid}/ns/net") != mine:
-                        break
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise NetnsUnavailableError(f"namespace holder for {name} did not start")
-                time.sleep(0.005)
-
-    def _require_subnet(self) -> ipaddress.IPv4Network:
-        if self._subnet is None:
-            raise RuntimeError("NamespaceHosts used before start()")
-        return self._subnet
+    def _in(self, host: str, *cmd: str) -> str:
+        return _in(self._holders[host].pid, *cmd)
 
 
 def _run(*cmd: str) -> str:
@@ -310,17 +370,34 @@ def _run(*cmd: str) -> str:
     return done.stdout
 
 
+def _in(pid: int, *cmd: str) -> str:
+    """Run a command in the network namespace of process ``pid``."""
+    return _run("nsenter", f"--net=/proc/{pid}/ns/net", *cmd)
+
+
+def _wait_for_holders(holders: Mapping[str, subprocess.Popen[bytes]]) -> None:
+    """A holder has unshared once its ``net`` namespace differs from ours."""
+    mine = os.readlink("/proc/self/ns/net")
+    deadline = time.monotonic() + 10.0
+    for name, proc in holders.items():
+        while True:
+            with contextlib.suppress(FileNotFoundError):
+                if os.readlink(f"/proc/{proc.pid}/ns/net") != mine:
+                    break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise NetnsUnavailableError(f"namespace holder for {name} did not start")
+            time.sleep(0.005)
+
+
 def _holder() -> subprocess.Popen[bytes]:
-    """A process in a new, anonymous network namespace that lives as long as this process."""
+    """A process in a new, anonymous network namespace that exits within 0.2 s of this one.
 
-    def die_with_parent() -> None:
-        with contextlib.suppress(OSError):
-            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
+    It watches this process's pid rather than relying on a parent-death signal, which Linux
+    sends when the *thread* that started the child exits, not the process.
+    """
     return subprocess.Popen(
         ["unshare", "--net", "sh", "-c", _HOLDER, str(os.getpid())],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        preexec_fn=die_with_parent,
     )
 
 
@@ -363,9 +440,19 @@ def _class_stat(tc_output: str, classid: str, stat: str) -> int:
     return int(match.group(1) if stat == "bytes" else match.group(2))
 
 
-def _retransmits(pid: int) -> int:
-    """``Tcp: RetransSegs`` of the namespace process ``pid`` is in."""
-    lines = [line.split() for line in Path(f"/proc/{pid}/net/snmp").read_text().splitlines()
-             if line.startswith("Tcp:")]
-    header, values = lines[0], lines[1]
-    return int(values[header.index("RetransSegs")])
+def _tcp_counters(pid: int) -> tuple[int, int]:
+    """``(segments resent because they were lost, tail loss probes)`` in ``pid``'s namespace.
+
+    A loss probe is TCP re-sending its last segment when an ACK is late, and a resend the
+    receiver reports as a duplicate (D-SACK) was not needed either: a loaded host delays ACKs
+    past TCP's timers. Both are counted apart from the resends of segments really lost.
+    """
+    def table(path: str, prefix: str) -> dict[str, int]:
+        rows = [line.split() for line in Path(f"/proc/{pid}/net/{path}").read_text().splitlines()
+                if line.startswith(prefix)]
+        return {key: int(value) for key, value in zip(rows[0][1:], rows[1][1:], strict=True)}
+
+    resent = table("snmp", "Tcp:")["RetransSegs"]
+    extended = table("netstat", "TcpExt:")
+    probes = extended.get("TCPLossProbes", 0)
+    return max(0, resent - probes - extended.get("TCPDSACKRecvSegs", 0)), probes

@@ -109,5 +109,8 @@ class NetworkReport:
             out["net_kernel_vs_ledger_worst"] = worst
         if any(h.kernel is not None for h in self.hosts.values()):
             out["net_retransmits"] = float(self.retransmits())
+            out["net_loss_probes"] = float(
+                sum(h.kernel.loss_probes for h in self.hosts.values() if h.kernel is not None)
+            )
             out["net_dropped"] = float(self.dropped())
         return out

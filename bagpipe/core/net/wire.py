@@ -232,16 +232,21 @@ class Wire:
                 self.ledger.add("tx", kind, nbytes)
             self.ledger.add("rx", kind, receives)
 
-    def hold_collective(self, sends: Mapping[str, int], messages: int) -> None:
+    def hold_collective(
+        self, sends: Mapping[str, int], messages: int, then_receives: Mapping[str, int] | None = None
+    ) -> None:
         """Hold the caller for a collective's network time: ``messages`` sequential latencies,
-        and ``sends`` (peer role -> bytes) leaving this NIC at once."""
+        ``sends`` (peer role -> bytes) leaving this NIC at once, and, for a library that does
+        not send and receive at once (gloo's all-to-all), ``then_receives`` arriving after."""
         if not self.network.shapes_traffic or not any(sends.values()):
             return
         _sleep(self.topology.nic_of(self.host).latency_s * messages)
-        if self.nics is not None:
-            self.nics.transfer(
-                self.host, [(host_of(peer, self.topology.servers), n) for peer, n in sends.items()]
-            )
+        if self.nics is None:
+            return
+        servers = self.topology.servers
+        self.nics.transfer(self.host, [(host_of(peer, servers), n) for peer, n in sends.items()])
+        for peer, nbytes in (then_receives or {}).items():
+            self.nics.transfer(host_of(peer, servers), [(self.host, nbytes)])
 
     def delays(self, peer: str) -> bool:
         """Whether a message to ``peer`` costs emulated time here (a sender then holds it)."""

@@ -79,7 +79,7 @@ from torch.futures import Future
 
 from bagpipe.core import runtime
 from bagpipe.core.net.fairshare import SharedNics
-from bagpipe.core.net.netns import NamespaceHosts
+from bagpipe.core.net.netns import NamespaceHosts, Switch, netns_available
 from bagpipe.core.net.report import NetworkReport
 from bagpipe.core.net.topology import host_of
 from bagpipe.core.net.wire import NetworkConfig
@@ -204,17 +204,17 @@ class Deployment:
         """The interface a process talks on: its host's NIC, the loopback, or the launcher's."""
         if self._error_dir is None:  # attached from a launcher: its environment decides
             return None
-        if self._hosts is None:
-            return "lo"
-        return self._hosts.driver_ifname if role == DRIVER else self._hosts.host_ifname
+        if role == DRIVER:
+            return _driver_address()[1]
+        return self._hosts.host_ifname if self._hosts is not None else "lo"
 
     def _spawn(self) -> None:
         try:
+            self._host, driver_ifname = _driver_address()
+            spawn.use_interface(driver_ifname)
             if self.network.backend == "netns":
                 self._hosts = NamespaceHosts(self.network.emulated.hosts(self.roles))
                 self._hosts.start()
-                self._host = self._hosts.driver_address
-            spawn.use_interface(self._hosts.driver_ifname if self._hosts else "lo")
             init_method = f"tcp://{self._host}:{spawn.free_port(self._host)}"
             self._children.start(
                 [
@@ -399,6 +399,20 @@ class Deployment:
 
 
 _LAST_REPORT: NetworkReport | None = None
+
+
+def _driver_address() -> tuple[str, str]:
+    """The driver's address and interface for every deployment of this process.
+
+    TensorPipe reads the interface it listens on once per process, so it cannot follow one
+    deployment's network: where namespaces can be built, the driver always listens on its port of
+    the process's switch (roles on the loopback reach that address too); elsewhere on the
+    loopback.
+    """
+    if netns_available() is None:
+        switch = Switch.of_this_process()
+        return switch.driver_address, switch.driver_ifname
+    return spawn.LOCALHOST, "lo"
 
 
 def last_network_report() -> NetworkReport | None:
