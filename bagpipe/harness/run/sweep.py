@@ -20,6 +20,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
+from bagpipe.harness.run.build import JobConfigError, check_job
 from bagpipe.harness.track.mlflow_runs import end_parent_run, is_reachable, upload_all
 from bagpipe.harness.track.record import RunRecord, find_records
 from bagpipe.harness.track.sweeps import RUNS_CSV, add_speedups, runs_frame
@@ -41,7 +42,8 @@ class SweepConfigError(SystemExit):
 
 
 def validate_sweep(config: DictConfig) -> list[list[str]]:
-    """Compose and resolve every job's config before any job is launched; return the jobs.
+    """Compose, resolve and check (:func:`~bagpipe.harness.run.build.check_job`) every job's config
+    before any job is launched; return the jobs.
 
     The basic sweeper composes a batch only when it launches it, so with bounded concurrency a typo
     in the last value of a swept list would otherwise surface after hours of runs.
@@ -49,6 +51,7 @@ def validate_sweep(config: DictConfig) -> list[list[str]]:
     jobs = sweep_jobs(config)
     loader = GlobalHydra.instance().config_loader()
     for number, overrides in enumerate(jobs):
+        job = f"job #{number} ({' '.join(overrides)})"
         try:
             job_cfg = loader.load_sweep_config(config, list(overrides))
             OmegaConf.to_container(
@@ -58,9 +61,12 @@ def validate_sweep(config: DictConfig) -> list[list[str]]:
         except Exception as err:
             detail = f"{err}\n{err.__cause__}" if err.__cause__ else str(err)
             raise SweepConfigError(
-                f"sweep job #{number} ({' '.join(overrides)}) has an invalid config; "
-                f"nothing was launched:\n{detail}"
+                f"sweep {job} has an invalid config; nothing was launched:\n{detail}"
             ) from err
+        try:
+            check_job(job_cfg)
+        except JobConfigError as err:
+            raise SweepConfigError(f"[sweep] {job} refused: {err}; nothing was launched") from err
     return jobs
 
 
