@@ -3,7 +3,7 @@
 Closing a sweep computes each run's speedup over the suite's reference system (same model, dataset
 and seed), stores it in the run records, writes the tidy ``runs.csv`` and brings MLflow up to date:
 runs uploaded during the sweep get their ``speedup_vs_<ref>`` metric, runs that could not be
-uploaded are uploaded now if the store answers, and the parent run is ended.
+uploaded are uploaded now if the store answers, and the parent run gets ``runs.csv`` and is ended.
 """
 
 from __future__ import annotations
@@ -21,7 +21,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from bagpipe.harness.run.build import JobConfigError, check_job
-from bagpipe.harness.track.mlflow_runs import end_parent_run, is_reachable, upload_all
+from bagpipe.harness.track.mlflow_runs import (
+    end_parent_run,
+    is_reachable,
+    log_to_parent,
+    upload_all,
+)
 from bagpipe.harness.track.record import RunRecord, find_records
 from bagpipe.harness.track.sweeps import RUNS_CSV, add_speedups, runs_frame
 
@@ -82,6 +87,7 @@ def finalize_sweep(sweep_dir: Path, reference: str, tracking_uri: str | None) ->
     if tracking_uri is not None:
         if is_reachable(tracking_uri):
             _, pending = upload_all(directories, tracking_uri)
+            log_to_parent(sweep_dir, [sweep_dir / RUNS_CSV])
             end_parent_run(sweep_dir, tracking_uri)
             if pending:
                 print(f"[harness] {len(pending)} run(s) not uploaded; retry with: "

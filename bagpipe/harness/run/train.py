@@ -99,7 +99,7 @@ def _flat_params(cfg: DictConfig) -> dict[str, str]:
     return out
 
 
-def _run_params(cfg: DictConfig, tags: dict[str, str]) -> dict[str, str]:
+def run_params(cfg: DictConfig, tags: dict[str, str]) -> dict[str, str]:
     """The run's MLflow params: the system's short name as ``system``, then every config value
     except Hydra's own keys (``system._target_`` is a class path, not a name anyone compares)."""
     flat = _flat_params(cfg)
@@ -107,10 +107,20 @@ def _run_params(cfg: DictConfig, tags: dict[str, str]) -> dict[str, str]:
     return {"system": tags["system"], **{k: v for k, v in flat.items() if k not in internal}}
 
 
+#: Tags taken from config keys that not every config has: the described topology's name, the
+#: emulated network's dilation.
+OPTIONAL_TAGS = {"cluster": "topology.name", "dilation": "network.dilation"}
+
+
+def optional_tags(cfg: DictConfig) -> dict[str, str]:
+    """The :data:`OPTIONAL_TAGS` whose keys ``cfg`` has (a missing key is no tag, not "None")."""
+    values = {tag: OmegaConf.select(cfg, key) for tag, key in OPTIONAL_TAGS.items()}
+    return {tag: str(value) for tag, value in values.items() if value is not None}
+
+
 def _tags(cfg: DictConfig, paths: RunPaths) -> dict[str, str]:
-    """What the UI shows and filters a run by. ``cluster`` (the described topology) and
-    ``dilation`` (the emulated network's) only where the config has them."""
-    tags = {
+    """What the UI shows and filters a run by."""
+    return {
         "system": _system_name(cfg),
         "model": plain(cfg.model)["name"],
         "dataset": _dataset_name(cfg),
@@ -120,13 +130,8 @@ def _tags(cfg: DictConfig, paths: RunPaths) -> dict[str, str]:
         "launcher": str(cfg.launcher_name),
         "scale": str(cfg.scale_name),
         "slurm_job_id": slurm_job_id(),
+        **optional_tags(cfg),
     }
-    optional = {"cluster": "topology.name", "dilation": "network.dilation"}
-    for tag, key in optional.items():
-        value = OmegaConf.select(cfg, key)
-        if value is not None:
-            tags[tag] = str(value)
-    return tags
 
 
 def _system_name(cfg: DictConfig) -> str:
@@ -191,7 +196,7 @@ def _open_record(cfg: DictConfig, paths: RunPaths, tags: dict[str, str]) -> RunR
     record = RunRecord(
         run_name=f"{tags['system']}-{tags['model']}-s{cfg.seed}",
         experiment=str(cfg.tracking.experiment),
-        params=_run_params(cfg, tags),
+        params=run_params(cfg, tags),
         tags=tags,
         start_ms=int(time.time() * 1000),
         sweep_dir=str(paths.sweep_dir) if paths.sweep_dir else None,
