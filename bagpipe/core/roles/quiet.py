@@ -40,8 +40,12 @@ class DepartureNoticeFilter:
         self._pump: threading.Thread | None = None
 
     def start(self) -> None:
+        """Lead descriptor 2 through the filter (a process without one is left as it is)."""
         sys.stderr.flush()
-        self._stderr = os.dup(2)
+        try:
+            self._stderr = os.dup(2)
+        except OSError:
+            return
         read_end, write_end = os.pipe()
         os.dup2(write_end, 2)
         os.close(write_end)

@@ -6,13 +6,14 @@
 Serves the store (``mlflow server``), opens it in headless chromium the way the browser test does
 (:mod:`bagpipe.harness.track.browser`) and writes ``runs.png`` (the experiment's runs with the
 speedup column), ``compare.png`` (one model and seed's runs compared, the speedup on the plot) and
-``parent.png`` (the sweep's parent run with its figure), so the pictures in a report show what a
+``parent.png`` (the sweep's parent run, its figure previewed), so the pictures in a report show what a
 person will see.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -64,10 +65,10 @@ def take(store: str, suite: str, out: Path, experiment: str = DEFAULT_EXPERIMENT
         ui.compare(metric)
         shots.append(ui.screenshot(out / "compare.png"))
         ui.open_artifacts(parent.info.run_id)
-        figure = ui.shown(f"{suite}.png")
-        if figure.count():
+        figure = page.get_by_text(re.compile(r"\.png$")).locator("visible=true")
+        if figure.count():  # the report's figure, once a report was drawn from the sweep
             figure.first.click()
-            page.wait_for_timeout(2000)  # the preview loads the image
+            page.wait_for_timeout(3000)  # the preview loads the image
         shots.append(ui.screenshot(out / "parent.png"))
     return shots
 
