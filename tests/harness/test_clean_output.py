@@ -54,7 +54,8 @@ def tiny_criteo_file(path: Path, rows: int) -> Path:
         (["system=bagpipe", "system.cleanup_fraction=0.9"], "cleanup_fraction=0.9"),
         (["system=sync_ps", "run.eval_every=-1"], "run.eval_every"),
         (["system=sync_ps", "dataset=criteo_tsv", "dataset.path={data}"], "do not fill one batch"),
-        (["-m", "system=bagpipe", "system.lookahead=20,-3", "launcher=inprocess"], "lookahead=-3"),
+        (["hydra.mode=MULTIRUN", "system=bagpipe", "system.lookahead=20,-3", "launcher=inprocess"],
+         "lookahead=-3"),
     ],
     ids=["lookahead", "cleanup_fraction", "eval_every", "dataset_too_small", "sweep"],
 )
