@@ -64,8 +64,15 @@ def _slot(object_id: str) -> _Slot:
         return _TABLE.setdefault(object_id, _Slot())
 
 
-def _construct(object_id: str, cls: type, args: tuple, kwargs: dict) -> None:
-    slot = _slot(object_id)
+def _construct(object_id: str, cls: type, args: tuple, kwargs: dict, rebuild: bool = False) -> None:
+    if rebuild:  # a fresh slot: calls wait for the new object, never reach the old one
+        with _TABLE_LOCK:
+            old = _TABLE.get(object_id)
+            _TABLE[object_id] = slot = _Slot()
+        if old is not None and hasattr(old.value, "close"):
+            old.value.close()
+    else:
+        slot = _slot(object_id)
     try:
         slot.value = cls(*args, **kwargs)
     except BaseException as exc:
@@ -118,11 +125,16 @@ def construct(
     """Start building ``cls(*args, **kwargs)`` in ``role``; return its ref (``.ready`` = the future).
 
     ``object_id`` rebuilds an object under an existing id (a dead role's, in the standby that took
-    it over), so refs to the old object reach the new one; by default the id is new.
+    it over, or a survivor's, rebuilt in place), so refs to the old object reach the new one; the
+    old object, if this process holds it, is closed first (``close()``, when it has one). By
+    default the id is new.
     """
+    rebuild = object_id is not None
     object_id = object_id or f"{creator}/{next(_IDS)}/{cls.__qualname__}"
     ref = RoleRef(role, object_id, cls)
-    ref.ready = rpc.rpc_async(worker_of(role), _construct, args=(object_id, cls, args, kwargs))
+    ref.ready = rpc.rpc_async(
+        worker_of(role), _construct, args=(object_id, cls, args, kwargs, rebuild)
+    )
     return ref
 
 
