@@ -17,12 +17,18 @@ not), and every recovery is recorded as one :class:`Recovery` in the run record.
 from __future__ import annotations
 
 import hashlib
+import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+from torch.futures import Future
 
-__all__ = ["REPLACE", "ROLLBACK", "Recovery", "tensors_digest", "update_digest"]
+__all__ = [
+    "REPLACE", "ROLLBACK", "Recovery", "replacement_refused", "step_left_by_survivors",
+    "tensors_digest", "update_digest",
+]
 
 REPLACE = "replace"
 ROLLBACK = "rollback"
@@ -75,3 +81,36 @@ def update_digest(digest: Any, tensors: dict[str, torch.Tensor], prefix: str = "
         tensor = tensors[name].detach().contiguous().cpu()
         digest.update(f"{prefix}{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+
+
+def step_left_by_survivors(
+    roles: Sequence[str], futures: Sequence[Future], dead: str, timeout_s: float
+) -> str:
+    """Wait until every survivor's call for the step in flight (``futures[i]`` is ``roles[i]``'s)
+    has ended; ``""`` when each ended in an error (the step applied nowhere), else why not."""
+    deadline = time.monotonic() + timeout_s
+    for role, future in zip(roles, futures, strict=True):
+        if role == dead:
+            continue
+        while not future.done():
+            if time.monotonic() > deadline:
+                return f"{role} did not leave the step in flight"
+            time.sleep(0.01)
+        try:
+            future.wait()
+        except Exception:
+            continue
+        return f"{role} finished the step in flight: it cannot be undone"
+    return ""
+
+
+def replacement_refused(
+    dead: str, trainers: Sequence[str], standbys: int, recoveries: Sequence[Recovery]
+) -> str:
+    """Why a dead role cannot take the ``replace`` path of a system whose trainers can be
+    replaced, before anything is asked of the survivors; ``""`` when it can."""
+    if dead not in trainers:
+        return f"{dead} is not a trainer: its state is rebuilt from the checkpoint"
+    if standbys <= sum(r.path == REPLACE for r in recoveries):
+        return "no standby trainer left"
+    return ""

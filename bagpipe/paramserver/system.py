@@ -63,7 +63,13 @@ from bagpipe.core.interface import (
     TrainContext,
     TrainerSpec,
 )
-from bagpipe.core.recovery import REPLACE, Recovery, tensors_digest
+from bagpipe.core.recovery import (
+    REPLACE,
+    Recovery,
+    replacement_refused,
+    step_left_by_survivors,
+    tensors_digest,
+)
 from bagpipe.core.roles import Deployment, Rendezvous, RoleFailedError, RoleRef
 from bagpipe.core.roles.deployment import standby_roles
 from bagpipe.core.runtime import merge_trainer_records
@@ -232,6 +238,14 @@ class ParameterServerSystem(System):
             return self._collect(futures)
         except RoleFailedError as failure:
             detected_at_s = time.perf_counter()
+            failure.fallback = (
+                replacement_refused(failure.role, [t.role for t in self._trainers],
+                                    self.standby_trainers, self._recoveries)
+                if self.replaces_trainers else f"{self.name}: a trainer holds state no other has"
+            )
+            if failure.fallback:
+                raise
+            self._require_setup()[1].take_over(failure.role)  # its failure is handled from here
             dense, failure.fallback = self._survivors_state(failure.role, futures)
             if dense is None:
                 raise
@@ -249,32 +263,21 @@ class ParameterServerSystem(System):
     ) -> tuple[dict[str, torch.Tensor] | None, str]:
         """The dense replica every surviving trainer holds at the step boundary, or why the fast
         path does not apply (``(None, reason)``)."""
-        if not self.replaces_trainers:
-            return None, f"{self.name}: a trainer holds state no other role has"
-        if dead not in {ref.role for ref in self._trainers}:
-            return None, f"{dead} is not a trainer: its state is rebuilt from the checkpoint"
-        if self.standby_trainers <= sum(r.path == REPLACE for r in self._recoveries):
-            return None, "no standby trainer left"
-        deadline = time.monotonic() + self.step_timeout_s
+        roles = [ref.role for ref in self._trainers]
+        why = step_left_by_survivors(roles, futures, dead, self.step_timeout_s)
+        if why:
+            return None, why
         survivors = [ref for ref in self._trainers if ref.role != dead]
-        for ref, future in zip(self._trainers, futures, strict=True):
-            while ref.role != dead and not future.done():
-                if time.monotonic() > deadline:
-                    return None, f"{ref.role} did not leave the step in flight"
-                time.sleep(0.01)
-            if ref.role != dead and not _failed(future):
-                return None, f"{ref.role} finished the step in flight: it cannot be undone"
         dense = self._wait([ref.rpc_async().dense_state() for ref in survivors])
         if len({tensors_digest(d) for d in dense}) != 1:
             return None, "the surviving trainers' dense replicas differ"
         return dense[0], ""
 
     def _replace_trainer(self, dead: str, step: int, dense: dict[str, torch.Tensor]) -> None:
-        """A standby serves ``dead`` from now on; every trainer is rebuilt (in its process) from
-        the survivors' replica ``dense``, in a new group, and checked against its hash."""
+        """Every trainer is rebuilt (in its process; the standby's for ``dead``) from the
+        survivors' replica ``dense``, in a new group, and checked against its hash."""
         ctx, deployment = self._require_setup()
         self._wait([server.rpc_async().discard_pushes_from(step) for server in self._servers])
-        deployment.take_over(dead)
         survivors = [ref.role for ref in self._trainers if ref.role != dead]
         self._wait([deployment.rpc_async(role, collectives.leave_group) for role in survivors])
         group = self._new_group(deployment)
@@ -322,11 +325,3 @@ class ParameterServerSystem(System):
             raise RuntimeError(f"{self.name} used before setup(ctx) or after close()")
         return self._ctx, self._deployment
 
-
-def _failed(future: Future) -> bool:
-    """Whether a completed future holds an error."""
-    try:
-        future.wait()
-    except Exception:
-        return True
-    return False

@@ -106,3 +106,29 @@ def test_without_a_standby_a_trainer_death_rolls_back_and_says_why(tmp_path: Pat
     )
     assert (recovery.path, recovery.resumed_step, recovery.fallback) == (
         ROLLBACK, 5, "no standby trainer left")
+
+
+def test_bagpipe_replaces_a_dead_trainer_without_redoing_a_step(tmp_path: Path) -> None:
+    """The dead trainer held partitioned singletons with updates not yet written back: they come
+    back from its update log (``bagpipe.lrpp.updatelog``), the rest from the survivor's cache and
+    the servers, and the run ends bit-identical with no step redone."""
+    from bagpipe.lrpp import Bagpipe
+
+    make, systems = _maker(lambda: Bagpipe(num_trainers=2, num_servers=2, lookahead=8))
+    reference = Digest(systems)
+    run_training(make(), _network_context(), _eval_source(), CFG, [reference])
+
+    make, systems = _maker(
+        lambda: Bagpipe(num_trainers=2, num_servers=2, lookahead=8, standby_trainers=1)
+    )
+    digest = Digest(systems)
+    result, (recovery,) = run_with_recovery(
+        make, _network_context(), _eval_source(), CFG, CheckpointStore(tmp_path),
+        [KillRoles({7: "trainer_1"}), digest],
+    )
+    assert (recovery.role, recovery.path, recovery.failed_step, recovery.steps_redone) == (
+        "trainer_1", REPLACE, 8, 0), recovery.fallback
+    assert len(systems) == 1
+    assert [int(m["step"]) for m in result.steps] == list(range(STEPS))
+    assert digest.value == reference.value
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("bagpipe-")]

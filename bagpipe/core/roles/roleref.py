@@ -65,14 +65,13 @@ def _slot(object_id: str) -> _Slot:
 
 
 def _construct(object_id: str, cls: type, args: tuple, kwargs: dict, rebuild: bool = False) -> None:
-    if rebuild:  # a fresh slot: calls wait for the new object, never reach the old one
+    slot = _slot(object_id)
+    if rebuild and slot.ready.is_set():  # a fresh slot: later calls never reach the old object
         with _TABLE_LOCK:
-            old = _TABLE.get(object_id)
-            _TABLE[object_id] = slot = _Slot()
-        if old is not None and hasattr(old.value, "close"):
-            old.value.close()
-    else:
-        slot = _slot(object_id)
+            _TABLE[object_id] = fresh = _Slot()
+        if hasattr(slot.value, "close"):
+            slot.value.close()
+        slot = fresh
     try:
         slot.value = cls(*args, **kwargs)
     except BaseException as exc:
@@ -126,8 +125,9 @@ def construct(
 
     ``object_id`` rebuilds an object under an existing id (a dead role's, in the standby that took
     it over, or a survivor's, rebuilt in place), so refs to the old object reach the new one; the
-    old object, if this process holds it, is closed first (``close()``, when it has one). By
-    default the id is new.
+    old object, if this process holds it, is closed first (``close()``, when it has one). A call
+    that arrives before the rebuild reaches the old object: wait for ``.ready`` before calling.
+    By default the id is new.
     """
     rebuild = object_id is not None
     object_id = object_id or f"{creator}/{next(_IDS)}/{cls.__qualname__}"
