@@ -78,12 +78,14 @@ class OracleRole:
         """The planner's totals so far (rows planned, evictions, planning time)."""
         return {f"oracle_{k}": float(v) for k, v in asdict(self.planner.stats).items()}
 
-    def close(self) -> None:
+    def close(self) -> bool:
+        """Stop planning; whether the planning thread has ended (it may be finishing a push)."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
+        return self._thread is None or not self._thread.is_alive()
 
     def _run(self) -> None:
         planner = self.planner

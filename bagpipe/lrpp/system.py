@@ -21,6 +21,11 @@ Ablations (bagpipe.md §4.5/§5.3 E7; all ``True`` = the paper's design, each ke
 path), ``partition`` (``False``: no physical partitioning, singleton rows are shared rows, held by
 every trainer and all-reduced). See ``bagpipe.lrpp.trainer``.
 
+Recovery: ``standby_trainers`` (default 0) pre-spawns idle trainer processes; with one, a dead
+trainer is replaced in place, no step redone (:meth:`Bagpipe._replace_trainer`), and every trainer
+logs its rows to the driver for that (``bagpipe.lrpp.updatelog``). Any other failure, or one the
+replacement cannot prove exact, restarts the job from the checkpoint (``bagpipe.core.recovery``).
+
 Per-iteration record (``StepResult.record``): bytes/rows summed over trainers, phase times of
 trainer 0, cache hits/misses summed over trainers (a miss = the first read of a row since a prefetch
 installed it), counters ``rows_sync_now``/``rows_sync_later`` (rows of the global batch all-reduced on
@@ -277,7 +282,8 @@ class Bagpipe(System):
             return None, "a survivor applied the step in flight"
         if len({tensors_digest(dense) for *_, dense in salvaged}) != 1:
             return None, "the surviving trainers' dense replicas differ"
-        deployment.wait(oracle.rpc_async().close(), _RECOVERY_S)
+        if not deployment.wait(oracle.rpc_async().close(), _RECOVERY_S):
+            return None, "the oracle did not stop pushing plans"
         shards = deployment.wait([s.rpc_async().state() for s in self._servers], _RECOVERY_S)
         rows = gather_rows(shards, self._ctx.schema.total_rows)
         self._logs[int(dead.rsplit("_", 1)[1])].overlay(rows)

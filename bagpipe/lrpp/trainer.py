@@ -18,6 +18,8 @@ Critical path of step ``n`` (``train_step``)::
 
 Background, one thread (``bagpipe-rounds``): round ``r`` starts when step ``(r-1)*ci`` starts and runs
 evict -> write back own share -> (server-side read-after-write barrier) -> prefetch -> install.
+An error there (a peer died) stops the rounds; the next step that waits for a round raises it, so
+the failure reaches the driver as the step's, and a replacement can salvage this trainer's rows.
 
 **Ablations** (:class:`Design`; each one keeps training exact, only the cost moves). They re-read
 the oracle's plans; the oracle plans the same stream whatever the knobs say:

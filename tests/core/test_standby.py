@@ -17,14 +17,7 @@ from bagpipe.core.roles import Deployment, RoleFailedError
 from bagpipe.core.roles.deployment import role_kind, standby_roles
 
 from .roles import Accumulator
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+from .test_deployment import _alive
 
 
 def _kill_and_wait_seen(deployment: Deployment, role: str) -> None:

@@ -25,6 +25,7 @@ import pytest
 from bagpipe.core.checkpoint import CheckpointStore
 from bagpipe.core.interface import System, TrainContext
 from bagpipe.core.net import NetworkConfig, Topology, netns_available
+from bagpipe.core.net.netns import Switch
 from bagpipe.core.recovery import REPLACE, ROLLBACK
 from bagpipe.harness.run.faults import KillRoles
 from bagpipe.harness.run.recovery import run_with_recovery
@@ -50,10 +51,12 @@ def _children() -> set[int]:
 
 def _leftovers(tmp: Path) -> tuple[set[int], set[str], list[Path]]:
     """What a run could leave behind: child processes (a namespace lives as long as its holder
-    process), network interfaces in this namespace, the roles' temporary files."""
+    process), this process's network interfaces (named for its switch: other processes on the
+    machine have their own), the roles' temporary files."""
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     names = {line.split(":")[1].strip().split("@")[0] for line in links.splitlines()}
-    return _children(), names, sorted(tmp.iterdir())
+    tag = Switch._instance.tag if Switch._instance is not None else None
+    return _children(), {n for n in names if tag and n.startswith(tag)}, sorted(tmp.iterdir())
 
 
 def _network_context() -> TrainContext:
@@ -111,7 +114,8 @@ def test_without_a_standby_a_trainer_death_rolls_back_and_says_why(tmp_path: Pat
 def test_bagpipe_replaces_a_dead_trainer_without_redoing_a_step(tmp_path: Path) -> None:
     """The dead trainer held partitioned singletons with updates not yet written back: they come
     back from its update log (``bagpipe.lrpp.updatelog``), the rest from the survivor's cache and
-    the servers, and the run ends bit-identical with no step redone."""
+    the servers, with no step redone; a server shard killed later restarts the job from the
+    checkpoint, and the run ends bit-identical."""
     from bagpipe.lrpp import Bagpipe
 
     make, systems = _maker(lambda: Bagpipe(num_trainers=2, num_servers=2, lookahead=8))
@@ -122,13 +126,15 @@ def test_bagpipe_replaces_a_dead_trainer_without_redoing_a_step(tmp_path: Path) 
         lambda: Bagpipe(num_trainers=2, num_servers=2, lookahead=8, standby_trainers=1)
     )
     digest = Digest(systems)
-    result, (recovery,) = run_with_recovery(
+    result, (recovery, server) = run_with_recovery(
         make, _network_context(), _eval_source(), CFG, CheckpointStore(tmp_path),
-        [KillRoles({7: "trainer_1"}), digest],
+        [KillRoles({7: "trainer_1", 11: "server_0"}), digest],
     )
     assert (recovery.role, recovery.path, recovery.failed_step, recovery.steps_redone) == (
         "trainer_1", REPLACE, 8, 0), recovery.fallback
-    assert len(systems) == 1
+    # the checkpoint at step 10 was taken from the rebuilt roles; the job restarts from it
+    assert (server.role, server.path, server.resumed_step) == ("server_0", ROLLBACK, 10)
+    assert len(systems) == 2
     assert [int(m["step"]) for m in result.steps] == list(range(STEPS))
     assert digest.value == reference.value
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("bagpipe-")]
