@@ -29,6 +29,7 @@ from mlflow.exceptions import MlflowException
 from bagpipe.harness.report import breakdown, convergence, fig7, projection, sensitivity, skew
 from bagpipe.harness.report.loading import (
     RunsTable,
+    UncleanResultsError,
     sweeps,
     table_from_csv,
     table_from_mlflow,
@@ -59,7 +60,7 @@ def _fig7(args: argparse.Namespace) -> list[Path]:
         runs = table_from_mlflow(args.from_mlflow, args.experiment, fig7.SUITE)
     else:
         runs = table_from_sweep(_sweep(args), args.reference)
-    fig7.report(runs, args.reference, _outputs(args))
+    fig7.report(runs, args.reference, _outputs(args), allow_unclean=args.allow_unclean)
     return [runs.sweep] if runs.sweep is not None else []
 
 
@@ -135,6 +136,8 @@ def parser() -> argparse.ArgumentParser:
     headline.add_argument("--experiment", default="bagpipe-harness")
     headline.add_argument("--reference", default="sync_ps",
                           help="system speedups are measured against")
+    headline.add_argument("--allow-unclean", action="store_true",
+                          help="draw runs from several commits or a dirty tree, marked as a draft")
     data = suite("skew", _skew, "E4: share of lookups against share of rows", parents=[written])
     data.add_argument("--scale", type=float, default=0.001, help="synthetic scale")
     data.add_argument("--samples", type=int, default=65536, help="examples per dataset")
@@ -153,7 +156,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    read = args.draw(args)
+    try:
+        read = args.draw(args)
+    except UncleanResultsError as err:
+        print(f"[report] refused: {err}", file=sys.stderr)
+        return 1
     out = _outputs(args)
     attach_to_sweeps(read, [out.figure(args.suite), out.page(args.suite)])
     return 0
