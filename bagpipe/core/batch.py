@@ -28,6 +28,7 @@ __all__ = [
     "global_ids",
     "ids_matrix",
     "slice_batch",
+    "slice_bounds",
     "split_batch",
 ]
 
@@ -122,6 +123,20 @@ def slice_batch(batch: Batch, start: int, stop: int) -> Batch:
     )
 
 
+def slice_bounds(size: int, part: int, parts: int) -> tuple[int, int]:
+    """``(start, stop)`` of trainer slice ``part`` of ``parts`` in a global batch of ``size``.
+
+    The one definition of "a trainer's slice": ``split_batch`` cuts with it, and every
+    ``BatchSource.slice`` reads exactly these rows, so the two always agree.
+    """
+    if not 0 <= part < parts:
+        raise ValueError(f"slice {part} of {parts}: need 0 <= part < parts")
+    if size % parts:
+        raise ValueError(f"global batch {size} does not split into {parts} equal trainer slices")
+    step = size // parts
+    return part * step, (part + 1) * step
+
+
 def split_batch(batch: Batch, parts: int) -> list[Batch]:
     """Split a global batch into ``parts`` contiguous, equal slices (one per trainer).
 
@@ -129,7 +144,4 @@ def split_batch(batch: Batch, parts: int) -> list[Batch]:
     means, which the equivalence tests rely on.
     """
     size = batch.labels.shape[0]
-    if size % parts:
-        raise ValueError(f"global batch {size} does not split into {parts} equal trainer slices")
-    step = size // parts
-    return [slice_batch(batch, k * step, (k + 1) * step) for k in range(parts)]
+    return [slice_batch(batch, *slice_bounds(size, k, parts)) for k in range(parts)]

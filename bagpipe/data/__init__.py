@@ -3,7 +3,8 @@ a calibrated synthetic generator with hidden-teacher labels; skew reports; batch
 
 Entry point: ``make_dataset(DatasetConfig(...))`` -> a ``Dataset`` with ``.schema``,
 ``.train(batch_size, num_batches)``, ``.eval(...)`` (``BatchSource``s of torchrec ``Batch``es) and
-``.describe()``.
+``.describe()``. Raw files are prepared once into cached binary shards (``prepare``, also
+``python -m bagpipe.data.prepare``) and streamed from them.
 """
 
 from bagpipe.core.source import BatchSource
@@ -15,13 +16,14 @@ from bagpipe.data.dataset import (
     SyntheticDataset,
     make_dataset,
 )
-from bagpipe.data.errors import DataFormatError
+from bagpipe.data.errors import CacheDirError, DataFormatError
 from bagpipe.data.examples import Examples, dlrm_dense_transform
 from bagpipe.data.generator import GeneratorConfig, SyntheticGenerator
+from bagpipe.data.prepare import Prepared, prepare
 from bagpipe.data.presets import PRESETS, Preset, TableSpec, get_preset
 from bagpipe.data.readers import ReadStats, iter_avazu_csv, iter_criteo_tsv, iter_jsonl
 from bagpipe.data.skew import id_skew_report, skew_report, top_share
-from bagpipe.data.sources import ArraySource, SyntheticSource
+from bagpipe.data.sources import ArraySource, RowSource, SyntheticSource
 from bagpipe.data.teacher import roc_auc
 from bagpipe.data.writers import write_avazu_csv, write_criteo_tsv, write_jsonl
 
@@ -30,14 +32,17 @@ __all__ = [
     "PRESETS",
     "ArraySource",
     "BatchSource",
+    "CacheDirError",
     "DataFormatError",
     "Dataset",
     "DatasetConfig",
     "Examples",
     "FileDataset",
     "GeneratorConfig",
+    "Prepared",
     "Preset",
     "ReadStats",
+    "RowSource",
     "SyntheticDataset",
     "SyntheticGenerator",
     "SyntheticSource",
@@ -49,6 +54,7 @@ __all__ = [
     "iter_criteo_tsv",
     "iter_jsonl",
     "make_dataset",
+    "prepare",
     "roc_auc",
     "skew_report",
     "top_share",

@@ -69,6 +69,10 @@ class Examples:
         return Examples(pick(self.labels), self.dense[index], self.ids[index],
                         pick(self.dense_raw), pick(self.dense_missing))
 
+    def take_ids(self, index: np.ndarray | slice) -> np.ndarray:
+        """The ``[N, F]`` ids of rows ``index`` (what a ``RowStore`` gives the oracle)."""
+        return self.ids[index]
+
     @staticmethod
     def concat(parts: Sequence[Examples], num_dense: int, num_features: int) -> Examples:
         """Concatenate blocks (an empty sequence gives zero rows of the given widths)."""

@@ -1,7 +1,8 @@
 """``fae``: the FAE plugin (driver side). Roles: ``S`` server shards, ``T`` trainers.
 
 ``prepare_dataset`` runs FAE's offline pass (profile a sample, choose the hot rows under the
-budget, classify and re-pack the inputs; cached per data and settings under ``ctx.workdir``) and
+budget, classify and re-pack the inputs, streaming the source's ids with bounded memory; cached per
+data and settings under ``ctx.workdir``) and
 returns the re-packed source, so the run records that FAE changes the sample order
 (``reorders_samples``). Each step's kind is decided from the batch itself (hot iff every lookup hits
 a hot row); when it differs from the previous step's, the driver has every trainer swap first.
@@ -22,7 +23,7 @@ from bagpipe.core.interface import ModelState, PhaseInfo, StepResult
 from bagpipe.core.source import BatchSource
 from bagpipe.models import table_dim
 from bagpipe.paramserver import EmbeddingServer, ParameterServerSystem, gather_rows, split_tables
-from baselines.fae.layout import FaeLayout, FaeSettings, FaeSource, cached_layout, load_examples
+from baselines.fae.layout import FaeLayout, FaeSettings, FaeSource, cached_layout
 from baselines.fae.roles import FaeTrainer
 from baselines.fae.scheduler import COLD, HOT
 
@@ -90,14 +91,13 @@ class FAE(ParameterServerSystem):
     def prepare_dataset(self, source: BatchSource) -> BatchSource:
         """FAE's offline pass; returns the re-packed source and hands the hot set to the trainers."""
         ctx, _ = self._require_setup()
-        examples = load_examples(source)
         cache_dir = self.cache_dir or Path(ctx.workdir) / "fae_cache"
         dim = table_dim(ctx.model)
         layout, self._layout_from_cache = cached_layout(
-            examples, ctx.schema, dim, self.settings, cache_dir
+            source, ctx.schema, dim, self.settings, cache_dir
         )
         self._source = FaeSource(
-            examples, ctx.schema, source.batch_size, layout, self.settings, self.epochs
+            source, ctx.schema, source.batch_size, layout, self.settings, self.epochs
         )
         hot_ids = layout.hot.rows
         self._wait([t.rpc_async().set_hot_rows(hot_ids) for t in self._trainers])
