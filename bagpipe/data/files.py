@@ -18,7 +18,7 @@ from __future__ import annotations
 import glob
 import os
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from functools import partial
 
 import numpy as np
@@ -26,6 +26,7 @@ import numpy as np
 from bagpipe.data.codec import keys_to_rows
 from bagpipe.data.examples import Examples, dlrm_dense_transform
 from bagpipe.data.readers import RawBlock, ReadStats, iter_avazu_csv, iter_criteo_tsv, iter_jsonl
+from bagpipe.data.segments import ordered_map
 
 #: Maps one table's ``[N]`` uint64 keys and missing flags to ``[N]`` int64 rows.
 ColumnMap = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -39,7 +40,9 @@ def expand_paths(path: str) -> list[str]:
     return paths
 
 
-def raw_blocks(kind: str, path: str, skip_bad_rows: bool, stats: ReadStats) -> Iterator[RawBlock]:
+def raw_blocks(
+    kind: str, path: str, skip_bad_rows: bool, stats: ReadStats
+) -> Generator[RawBlock, None, None]:
     """Parsed rows of one Criteo TSV or Avazu CSV file, categorical values as keys."""
     if kind == "criteo_tsv":
         return iter_criteo_tsv(path, skip_bad_rows=skip_bad_rows, stats=stats)
@@ -55,7 +58,7 @@ def hash_mod_columns(kind: str, table_sizes: Sequence[int]) -> list[ColumnMap]:
     return [partial(keys_to_rows, rows=rows, reserve_missing=reserve_missing) for rows in table_sizes]
 
 
-def map_block(path: str, block: RawBlock, columns: Sequence[ColumnMap]) -> Examples:
+def map_block(path: str, block: RawBlock, *, columns: Sequence[ColumnMap]) -> Examples:
     """A parsed block as labelled examples: table rows for keys, DLRM-transformed dense values."""
     if block.labels is None:
         raise ValueError(f"{path}: no labels (a test file?); a training dataset needs them")
@@ -79,8 +82,8 @@ def mapped_blocks(
         yield from iter_jsonl(path, table_sizes, num_dense=num_dense, skip_bad_rows=skip_bad_rows,
                               stats=stats)
         return
-    for block in raw_blocks(kind, path, skip_bad_rows, stats):
-        yield map_block(path, block, columns)
+    blocks = raw_blocks(kind, path, skip_bad_rows, stats)
+    yield from ordered_map(partial(map_block, path, columns=columns), blocks)  # on the read threads
 
 
 _SAMPLE_BYTES = 1 << 20

@@ -38,6 +38,11 @@ def column_path(directory: Path, shard: int, column: str) -> Path:
     return directory / f"{shard:05d}.{column}.npy"
 
 
+def column_width(manifest: Manifest, column: str) -> tuple[int, ...]:
+    """The shape of one row of ``column`` (labels: a scalar)."""
+    return {"labels": (), "dense": (manifest.num_dense,), "ids": (len(manifest.table_sizes),)}[column]
+
+
 def id_dtype(table_sizes: tuple[int, ...] | list[int]) -> np.dtype:
     """int32 ids unless a table has more rows than int32 can number."""
     return np.dtype(np.int32 if max(table_sizes, default=0) <= np.iinfo(np.int32).max else np.int64)

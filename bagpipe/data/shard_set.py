@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from bagpipe.data.examples import Examples
-from bagpipe.data.shard_format import Manifest, column_path
+from bagpipe.data.shard_format import Manifest, column_path, column_width
 
 _OUT_DTYPES = {"labels": np.dtype(np.int8), "dense": np.dtype(np.float32), "ids": np.dtype(np.int64)}
 
@@ -49,7 +49,7 @@ class ShardSet:
         ordered = rows[order]
         shards = np.searchsorted(self.starts, ordered, side="right") - 1
         edges = np.flatnonzero(np.diff(shards)) + 1
-        out = [np.empty((rows.size, *self._width(c)), _OUT_DTYPES[c]) for c in columns]
+        out = [np.empty((rows.size, *column_width(self.manifest, c)), _OUT_DTYPES[c]) for c in columns]
         for group in np.split(np.arange(rows.size), edges):
             if not group.size:
                 continue
@@ -60,10 +60,6 @@ class ShardSet:
             for array, column in zip(out, columns, strict=True):
                 array[order[group]] = self._mapped(shard, column)[picks]
         return out
-
-    def _width(self, column: str) -> tuple[int, ...]:
-        return {"labels": (), "dense": (self.manifest.num_dense,),
-                "ids": (len(self.manifest.table_sizes),)}[column]
 
     def _mapped(self, shard: int, column: str) -> np.ndarray:
         """Shard ``shard``'s column, mapped read-only (released when the array is dropped)."""

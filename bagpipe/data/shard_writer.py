@@ -1,7 +1,8 @@
 """Writes mapped ``Examples`` into shards (``shard_format``), one input file after another.
 
-Rows are copied into a buffer of ``shard_rows`` rows per column; a full buffer (or the end of an
-input file) becomes one shard's column files. Memory is the buffer, whatever the dataset's size.
+Blocks are held (not copied) until they make ``shard_rows`` rows, or the input file ends; then each
+column file is written as its ``.npy`` header followed by every block's rows, cast on the way. Memory
+is one shard's blocks, whatever the dataset's size.
 The writer only ever writes into the directory it is given; making that directory look complete
 (the manifest, then the rename) is the cache's job (``bagpipe.data.cache``).
 """
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from bagpipe.data.examples import Examples
-from bagpipe.data.shard_format import SHARD_ROWS, Manifest, column_path
+from bagpipe.data.shard_format import COLUMNS, SHARD_ROWS, Manifest, column_path, column_width
 
 
 class ShardWriter:
@@ -21,15 +22,10 @@ class ShardWriter:
 
     def __init__(self, directory: Path, manifest: Manifest, id_dtype: np.dtype,
                  shard_rows: int = SHARD_ROWS) -> None:
-        self.directory, self.manifest = directory, manifest
-        num_features = len(manifest.table_sizes)
-        self._buffers: dict[str, np.ndarray] = {
-            "labels": np.empty(shard_rows, np.int8),
-            "dense": np.empty((shard_rows, manifest.num_dense), np.float32),
-            "ids": np.empty((shard_rows, num_features), id_dtype),
-        }
+        self.directory, self.manifest, self.id_dtype = directory, manifest, id_dtype
         self.shard_rows = shard_rows
-        self._filled = 0
+        self._pending: list[Examples] = []  # the next shard's rows, not yet copied anywhere
+        self._held = 0
         self._file = -1
 
     def begin_file(self, index: int) -> None:
@@ -39,29 +35,33 @@ class ShardWriter:
 
     def append(self, block: Examples) -> None:
         assert block.labels is not None  # mapped blocks of a training file are labelled
-        done = 0
-        while done < len(block):
-            take = min(len(block) - done, self.shard_rows - self._filled)
-            rows, into = slice(done, done + take), slice(self._filled, self._filled + take)
-            self._buffers["labels"][into] = block.labels[rows]
-            self._buffers["dense"][into] = block.dense[rows]
-            self._buffers["ids"][into] = block.ids[rows]
-            self._filled += take
-            done += take
-            if self._filled == self.shard_rows:
-                self._flush()
         self.manifest.positives += int(np.count_nonzero(block.labels))
+        while len(block):
+            take = min(len(block), self.shard_rows - self._held)
+            self._pending.append(block.take(slice(0, take)))
+            self._held += take
+            block = block.take(slice(take, len(block)))
+            if self._held == self.shard_rows:
+                self._flush()
 
     def close(self) -> None:
         """Write the last partial shard."""
         self._flush()
 
     def _flush(self) -> None:
-        if self._filled == 0:
+        """The pending rows as one shard: each column's header, then every block's rows."""
+        if not self._pending:
             return
         shard = len(self.manifest.shard_rows)
-        for column, buffer in self._buffers.items():
-            np.save(column_path(self.directory, shard, column), buffer[: self._filled])
-        self.manifest.shard_rows.append(self._filled)
+        dtypes = {"labels": np.dtype(np.int8), "dense": np.dtype(np.float32), "ids": self.id_dtype}
+        for column in COLUMNS:
+            with open(column_path(self.directory, shard, column), "wb") as out:
+                np.lib.format.write_array_header_1_0(out, {
+                    "descr": np.lib.format.dtype_to_descr(dtypes[column]), "fortran_order": False,
+                    "shape": (self._held, *column_width(self.manifest, column))})
+                for block in self._pending:
+                    values = getattr(block, column)
+                    np.ascontiguousarray(values, dtype=dtypes[column]).tofile(out)
+        self.manifest.shard_rows.append(self._held)
         self.manifest.shard_files.append(self._file)
-        self._filled = 0
+        self._pending, self._held = [], 0

@@ -9,7 +9,7 @@ Epoch ``e`` of ``rows`` rows, ``block_rows`` rows a block, ``window_blocks`` blo
 
     rows            [b0      | b1      | b2      | b3      | b4  ]   blocks of consecutive rows
     block order e   [b3      | b0      | b4  | b2      | b1      ]   seeded by (seed, e)
-    windows         [w0 = b3 b0         | w1 = b4 b2 | w2 = b1   ]   window_blocks blocks each
+    windows         [w0 = b3 b0         | w1 = b4 b2 | w2 = b1   ]   window_blocks blocks each (2 here)
     stream e        each window's rows in a permutation seeded by (seed, e, window)
 
 Position ``p`` of epoch ``e`` is the row at ``p`` of that stream.
@@ -23,10 +23,10 @@ What it guarantees:
   positions ``0 .. rows-1`` visits every row exactly once. (A source dropping an epoch's last partial
   batch skips those positions' rows in that epoch; they are other rows in the next.)
 * **Mixing.** Within a window the order is uniformly random. Rows of different windows mix only
-  through the block order: two rows of one block always land in the same window of an epoch, at
-  most ``window_blocks * block_rows`` positions apart, so a batch draws from ``window_blocks``
-  (or, straddling two windows, up to twice as many) blocks of the range. That is the price of
-  bounded memory, the same trade as a streaming shuffle buffer.
+  through the block order: the rows of one block always land in one window of an epoch, at most
+  ``window_blocks * block_rows`` positions apart, so a batch draws from ``window_blocks`` (or,
+  straddling two windows, up to twice as many) blocks of the range. That is the price of bounded
+  memory, the same trade as a streaming shuffle buffer.
 
 Memory: the block order (``rows / block_rows`` entries) and the permutations of the few windows
 looked up most recently (4 bytes a row of a window), whatever the range's size.
@@ -54,9 +54,9 @@ class BlockShuffle:
             raise ValueError(f"rows={rows}, block_rows={block_rows}, window_blocks={window_blocks}: "
                              "all must be positive")
         self.rows, self.seed = rows, seed
-        self.block_rows, self.window_rows = block_rows, block_rows * window_blocks
+        self.block_rows, self.window_blocks = block_rows, window_blocks
         self.num_blocks = -(-rows // block_rows)
-        self._orders: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._orders: OrderedDict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
         self._windows: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
 
     def __getstate__(self) -> dict:
@@ -69,38 +69,43 @@ class BlockShuffle:
         """The rows (``0 .. rows-1``) at positions ``start .. stop`` of epoch ``epoch``'s stream."""
         if not 0 <= start <= stop <= self.rows:
             raise IndexError(f"positions {start}..{stop} outside an epoch of {self.rows} rows")
+        order, ends, window_starts = self._order(epoch)
         positions = np.arange(start, stop, dtype=np.int64)
-        windows = positions // self.window_rows
+        windows = np.searchsorted(window_starts, positions, side="right") - 1
         shuffled = np.empty_like(positions)
         for window in np.unique(windows).tolist():
             mine = windows == window
-            base = window * self.window_rows
-            shuffled[mine] = base + self._window(epoch, window)[positions[mine] - base]
-        order, ends = self._order(epoch)
+            base = int(window_starts[window])
+            perm = self._window(epoch, window, int(window_starts[window + 1]) - base)
+            shuffled[mine] = base + perm[positions[mine] - base]
         slot = np.searchsorted(ends, shuffled, side="right")  # the block at each shuffled position
-        block_starts = order[slot] * self.block_rows
-        return block_starts + shuffled - (ends[slot] - self._block_sizes(order[slot]))
+        block = order[slot]
+        return block * self.block_rows + shuffled - (ends[slot] - self._block_sizes(block))
 
     def _block_sizes(self, blocks: np.ndarray) -> np.ndarray:
         return np.minimum(self.block_rows, self.rows - blocks * self.block_rows)
 
-    def _order(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-        """Epoch ``epoch``'s block order and where each of its blocks ends in the stream."""
+    def _order(self, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Epoch ``epoch``'s block order, where each of its blocks ends in the stream, and where
+        each window starts (plus the stream's end)."""
         cached = self._orders.get(epoch)
         if cached is None:
             order = np.random.default_rng([self.seed, _TAG_BLOCKS, epoch]).permutation(self.num_blocks)
-            cached = order, np.cumsum(self._block_sizes(order))
+            ends = np.cumsum(self._block_sizes(order))
+            window_starts = np.concatenate(([0], ends[self.window_blocks - 1::self.window_blocks]))
+            if window_starts[-1] != self.rows:
+                window_starts = np.append(window_starts, self.rows)
+            cached = order, ends, window_starts
             self._orders[epoch] = cached
             while len(self._orders) > 2:
                 self._orders.popitem(last=False)
         return cached
 
-    def _window(self, epoch: int, window: int) -> np.ndarray:
-        """The permutation of window ``window``'s positions in epoch ``epoch`` (int32)."""
+    def _window(self, epoch: int, window: int, size: int) -> np.ndarray:
+        """The permutation of window ``window``'s ``size`` positions in epoch ``epoch`` (int32)."""
         key = (epoch, window)
         perm = self._windows.get(key)
         if perm is None:
-            size = min(self.window_rows, self.rows - window * self.window_rows)
             rng = np.random.default_rng([self.seed, _TAG_WINDOW, epoch, window])
             perm = rng.permutation(size).astype(np.int32)
             self._windows[key] = perm

@@ -10,8 +10,9 @@ Why spill: Terabyte has 882M distinct raw values, 14 GB of (value, count) pairs.
 each block's per-table (value, count) pairs in memory only up to ``budget_pairs``; then it merges
 them per table and appends them to files, one per (table, value range) ("bucket": the top bits of
 the 32-bit value, so buckets in order are values in order). Finishing merges one bucket of one table
-at a time and appends its kept values to the table's vocabulary file. Peak memory: the budget, or
-one bucket, whichever is larger; never every value. Lookups read the vocabulary files memory-mapped.
+at a time and appends its kept values to the table's vocabulary file (with no spill before, the
+pairs held are merged directly). Peak memory: the budget, or one bucket, whichever is larger; never
+every value. Lookups read the vocabulary files memory-mapped.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class Counter:
         self.budget_pairs = budget_pairs
         self._pending: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(num_tables)]
         self._held = 0
+        self._spilled = False
         spill_dir.mkdir(parents=True, exist_ok=True)
 
     def add(self, keys: np.ndarray, missing: np.ndarray) -> None:
@@ -76,24 +78,30 @@ class Counter:
     def finish(self, threshold: int, out_dir: Path) -> list[Vocabulary]:
         """Every table's vocabulary (values seen at least ``threshold`` times), written to
         ``out_dir/t<table>.u64`` and read back memory-mapped."""
-        self._spill()
+        if self._spilled:
+            self._spill()
         out_dir.mkdir(parents=True, exist_ok=True)
         vocabularies = []
         for f in range(self.num_tables):
             path = out_dir / f"t{f}.u64"
             with open(path, "wb") as out:
-                for bucket in range(BUCKETS):
-                    keys, counts = _merge(*self._read_bucket(f, bucket))
+                parts = (self._read_bucket(f, b) for b in range(BUCKETS)) if self._spilled \
+                    else [self._take_pending(f)]
+                for keys, counts in parts:  # in value order: buckets are value ranges
+                    keys, counts = _merge(keys, counts)
                     keys[counts >= threshold].tofile(out)
             vocabularies.append(Vocabulary(_read_u64(path), has_rare_row=threshold > 1))
         return vocabularies
 
+    def _take_pending(self, table: int) -> tuple[np.ndarray, np.ndarray]:
+        pending, self._pending[table] = self._pending[table], []
+        return (np.concatenate([k for k, _ in pending] or [np.zeros(0, np.uint64)]),
+                np.concatenate([c for _, c in pending] or [np.zeros(0, np.int64)]))
+
     def _spill(self) -> None:
-        for f, pending in enumerate(self._pending):
-            if not pending:
-                continue
-            keys, counts = _merge(np.concatenate([k for k, _ in pending]),
-                                  np.concatenate([c for _, c in pending]))
+        self._spilled = True
+        for f in range(self.num_tables):
+            keys, counts = _merge(*self._take_pending(f))
             buckets = np.minimum(keys >> _BUCKET_SHIFT, BUCKETS - 1)
             edges = np.searchsorted(buckets, np.arange(BUCKETS + 1))
             for bucket in np.flatnonzero(np.diff(edges)).tolist():
@@ -102,7 +110,6 @@ class Counter:
                     keys[part].tofile(out)
                 with open(self._bucket_path(f, bucket, "counts"), "ab") as out:
                     counts[part].tofile(out)
-            pending.clear()
         self._held = 0
 
     def _bucket_path(self, table: int, bucket: int, what: str) -> Path:
