@@ -22,7 +22,8 @@ class ShardWriter:
 
     def __init__(self, directory: Path, manifest: Manifest, id_dtype: np.dtype,
                  shard_rows: int = SHARD_ROWS) -> None:
-        self.directory, self.manifest, self.id_dtype = directory, manifest, id_dtype
+        self.directory, self.manifest = directory, manifest
+        self.id_dtype: np.dtype = id_dtype
         self.shard_rows = shard_rows
         self._pending: list[Examples] = []  # the next shard's rows, not yet copied anywhere
         self._held = 0
@@ -53,7 +54,8 @@ class ShardWriter:
         if not self._pending:
             return
         shard = len(self.manifest.shard_rows)
-        dtypes = {"labels": np.dtype(np.int8), "dense": np.dtype(np.float32), "ids": self.id_dtype}
+        dtypes: dict[str, np.dtype] = {"labels": np.dtype(np.int8), "dense": np.dtype(np.float32),
+                                       "ids": self.id_dtype}
         for column in COLUMNS:
             with open(column_path(self.directory, shard, column), "wb") as out:
                 np.lib.format.write_array_header_1_0(out, {
