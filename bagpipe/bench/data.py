@@ -1,10 +1,15 @@
-"""Data benchmarks: generator throughput (Kaggle preset) and Criteo TSV reader throughput.
+"""Data benchmarks: generator and Criteo TSV reader throughput, then the full-size run.
 
 Each rate is given per wall second and per CPU second of this process (all its threads): on a
 shared, oversubscribed machine the CPU-second figure is the one that compares across runs.
 
 The reader figure is end to end: a generated Criteo TSV (500k rows; quick: 50k) is read, validated,
 hex-decoded, hash-mod mapped and dense-transformed into ``Examples`` (``files.mapped_blocks``).
+
+Then ``data_scale``: a Kaggle-size file prepared into shards and trained on by Bagpipe (preparing
+speed, launch to first step, every role's peak memory, step time against the synthetic source),
+and two Terabyte day files streamed with their day-based evaluation split. It takes long (the full
+file alone is minutes to write); see ``data_scale`` for where its data goes.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bagpipe.bench import data_scale
+from bagpipe.bench.data_scale import data_row
 from bagpipe.data.examples import Examples
 from bagpipe.data.files import hash_mod_columns, mapped_blocks
 from bagpipe.data.generator import GeneratorConfig, SyntheticGenerator
@@ -21,10 +28,6 @@ from bagpipe.data.readers import ReadStats
 from bagpipe.data.writers import write_criteo_tsv
 
 GEN_BATCH = 4096
-
-
-def _row(metric: str, value: float, unit: str, **config: object) -> dict:
-    return {"benchmark": "data", "metric": metric, "value": value, "unit": unit, **config}
 
 
 def run(quick: bool) -> list[dict]:
@@ -36,9 +39,9 @@ def run(quick: bool) -> list[dict]:
         gen.examples("train", i, GEN_BATCH)
     gen_s, gen_cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
     rows = [
-        _row("generator_rows_per_s", gen_batches * GEN_BATCH / gen_s, "rows/s",
+        data_row("generator_rows_per_s", gen_batches * GEN_BATCH / gen_s, "rows/s",
              preset="criteo_kaggle", batch_size=GEN_BATCH),
-        _row("generator_rows_per_cpu_s", gen_batches * GEN_BATCH / gen_cpu_s, "rows/cpu-s",
+        data_row("generator_rows_per_cpu_s", gen_batches * GEN_BATCH / gen_cpu_s, "rows/cpu-s",
              preset="criteo_kaggle", batch_size=GEN_BATCH),
     ]
     file_rows = 50_000 if quick else 500_000
@@ -57,10 +60,10 @@ def run(quick: bool) -> list[dict]:
             len(preset.dense), False, ReadStats()))
         read_s, read_cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
     assert read == file_rows
-    rows.append(_row("criteo_tsv_read_rows_per_s", file_rows / read_s, "rows/s", rows=file_rows,
+    rows.append(data_row("criteo_tsv_read_rows_per_s", file_rows / read_s, "rows/s", rows=file_rows,
                      file_mb=round(file_mb, 1)))
-    rows.append(_row("criteo_tsv_read_rows_per_cpu_s", file_rows / read_cpu_s, "rows/cpu-s",
+    rows.append(data_row("criteo_tsv_read_rows_per_cpu_s", file_rows / read_cpu_s, "rows/cpu-s",
                      rows=file_rows, file_mb=round(file_mb, 1)))
-    rows.append(_row("criteo_tsv_write_rows_per_s", file_rows / write_s, "rows/s", rows=file_rows,
+    rows.append(data_row("criteo_tsv_write_rows_per_s", file_rows / write_s, "rows/s", rows=file_rows,
                      file_mb=round(file_mb, 1)))
-    return rows
+    return rows + data_scale.run(quick)

@@ -1,0 +1,127 @@
+"""One measured data job in a fresh process, for ``bagpipe.bench.data_scale``.
+
+A process's peak resident memory (``VmHWM``) only ever grows, so each job whose memory is reported
+runs in a process of its own and prints one JSON line before exiting::
+
+    python -m bagpipe.bench.data_probe prepare CONFIG_JSON
+        prepare a file dataset (``bagpipe.data.prepare``): rows, seconds, CPU seconds, peak RSS
+    python -m bagpipe.bench.data_probe stream CONFIG_JSON BATCH
+        read one epoch of the training split, batch by batch, and the ids of every eval batch
+    python -m bagpipe.bench.data_probe train CONFIG_JSON BATCH STEPS LAUNCHED_AT
+        train Bagpipe (2 trainers, 2 embedding servers, an oracle) for STEPS steps on the dataset:
+        seconds from LAUNCHED_AT (the parent's ``time.time()`` before starting this process) to
+        the end of the first step (and its parts: imports, opening the dataset, starting the
+        roles), the wall time of every step (reading the batch included), and the peak RSS of
+        this process (the driver) and of every role process.
+
+CONFIG_JSON is a ``DatasetConfig`` as JSON (tuples as lists).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+MODEL = {"name": "dlrm", "embedding_dim": 16, "bottom_mlp": (64, 16), "top_mlp": (64, 1)}
+
+
+def peak_rss_bytes(pid: int | str = "self") -> int:
+    """``VmHWM`` of a process: the most resident memory it has held so far."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise LookupError(f"no VmHWM for process {pid}")
+
+
+def _config(text: str) -> Any:
+    from bagpipe.data import DatasetConfig
+
+    fields = json.loads(text)
+    for name in ("table_sizes", "hot_set"):
+        if fields.get(name) is not None:
+            fields[name] = tuple(fields[name])
+    return DatasetConfig(**fields)
+
+
+def prepare(cfg_json: str) -> dict[str, float]:
+    from bagpipe.data import prepare as prepare_dataset
+
+    start, cpu = time.perf_counter(), time.process_time()
+    prepared = prepare_dataset(_config(cfg_json), progress=False)
+    return {"rows": prepared.manifest.rows, "seconds": time.perf_counter() - start,
+            "cpu_seconds": time.process_time() - cpu, "peak_rss": peak_rss_bytes()}
+
+
+def stream(cfg_json: str, batch: str) -> dict[str, float]:
+    import torch
+
+    from bagpipe.data import make_dataset
+
+    torch.set_num_threads(1)  # as the harness's runs (run.torch_threads)
+    start = time.perf_counter()
+    dataset = make_dataset(_config(cfg_json))
+    opened = time.perf_counter() - start
+    train, evaluation = dataset.train(int(batch)), dataset.eval(int(batch))
+    start = time.perf_counter()
+    for index in range(len(train)):
+        train[index]
+    train_s = time.perf_counter() - start
+    for index in range(len(evaluation)):
+        evaluation.ids(index)
+    return {"open_s": opened, "train_rows": len(train) * train.batch_size,
+            "eval_rows": len(evaluation) * evaluation.batch_size, "train_s": train_s,
+            "peak_rss": peak_rss_bytes()}
+
+
+def train(cfg_json: str, batch: str, steps: str, launched_at: str) -> dict[str, Any]:
+    import torch
+
+    from bagpipe.core.interface import ModelConfig, OptimConfig, TrainContext
+    from bagpipe.core.link import LinkConfig
+    from bagpipe.data import make_dataset
+    from bagpipe.lrpp import Bagpipe
+
+    torch.set_num_threads(1)
+    imported_at = time.time() - float(launched_at)
+    start = time.perf_counter()
+    dataset = make_dataset(_config(cfg_json))
+    opened = time.perf_counter() - start
+    source = dataset.train(int(batch), int(steps))
+    ctx = TrainContext(schema=dataset.schema, model=ModelConfig(**MODEL),  # type: ignore[arg-type]
+                       optim=OptimConfig(), global_batch_size=int(batch), seed=0, source=source,
+                       link=LinkConfig(enabled=False))
+    system = Bagpipe(num_trainers=2, num_servers=2, lookahead=50)
+    times: list[float] = []
+    first_step_at = 0.0
+    try:
+        start = time.perf_counter()
+        system.setup(ctx)
+        setup_s = time.perf_counter() - start
+        for step in range(int(steps)):
+            begin = time.perf_counter()
+            system.train_step(step, source[step])
+            times.append(time.perf_counter() - begin)
+            if step == 0:
+                first_step_at = time.time() - float(launched_at)
+        roles = system._deployment.pids() if system._deployment is not None else {}
+        peaks = {role: peak_rss_bytes(pid) for role, pid in roles.items()}
+    finally:
+        system.close()
+    return {"launch_to_first_step_s": first_step_at, "imports_s": imported_at, "open_s": opened,
+            "setup_s": setup_s, "step_s": times,
+            "peak_rss": {"driver": peak_rss_bytes(), **peaks},
+            "table_bytes": dataset.schema.total_rows * MODEL["embedding_dim"] * 4}  # type: ignore[operator]
+
+
+def main(argv: list[str]) -> None:
+    jobs: dict[str, Callable[..., dict[str, Any]]] = {"prepare": prepare, "stream": stream,
+                                                       "train": train}
+    print(json.dumps(jobs[argv[0]](*argv[1:])))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
