@@ -112,5 +112,5 @@ def report(records: list[RunRecord], source: str, reference: str, out: Outputs) 
                      "a sweep switched the dataset group to the real files."])
 
 
-def _or_dash(value: float, fmt: str = ".2f") -> str:
+def _or_dash(value: object, fmt: str = ".2f") -> str:
     return format(value, fmt) if isinstance(value, float) and math.isfinite(value) else "–"
