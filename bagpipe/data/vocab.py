@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-BUDGET_PAIRS = 1 << 24  # 256 MB of (value, count) pairs held between spills
+BUDGET_PAIRS = 1 << 23  # 128 MB of (value, count) pairs held between spills
 BUCKETS = 64
 _BUCKET_SHIFT = np.uint64(32 - 6)  # 64 buckets over the 32-bit hash space; larger keys: the last
 
