@@ -162,3 +162,15 @@ def test_kaggle_evaluates_on_its_last_seventh(kaggle_gen: SyntheticGenerator, ka
     evaluation = torch.cat([ids_matrix(b) for b in ds.eval(100)]).numpy()
     np.testing.assert_array_equal(evaluation, kaggle_gen.rows("train", 1800, 2100).ids)
     assert len(ds.train(100)) == 18
+
+
+def test_a_shard_source_pickles_as_a_handle_not_its_data(kaggle_file: Path) -> None:
+    """Role processes (Bagpipe's oracle) are sent the source: paths and a few numbers."""
+    import pickle
+
+    source = make_dataset(DatasetConfig(kind="criteo_tsv", path=str(kaggle_file), scale=0.001,
+                                        shuffle=True)).train(64)
+    source[3]  # caches a window's permutation and the column headers
+    copy = pickle.loads(pickle.dumps(source))
+    assert len(pickle.dumps(source)) < 20_000
+    assert torch.equal(ids_matrix(copy[3]), ids_matrix(source[3]))
