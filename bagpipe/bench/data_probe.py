@@ -94,7 +94,7 @@ def train(cfg_json: str, batch: str, steps: str, launched_at: str) -> dict[str, 
     ctx = TrainContext(schema=dataset.schema, model=ModelConfig(**MODEL),  # type: ignore[arg-type]
                        optim=OptimConfig(), global_batch_size=int(batch), seed=0, source=source,
                        link=LinkConfig(enabled=False))
-    system = Bagpipe(num_trainers=2, num_servers=2, lookahead=50)
+    system = Bagpipe(num_trainers=2, num_servers=2)  # the default lookahead, L = 200
     times: list[float] = []
     first_step_at = 0.0
     try:

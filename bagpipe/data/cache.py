@@ -6,6 +6,7 @@ Layout under the cache root (``dataset.cache_dir``, else ``$BAGPIPE_DATA_CACHE``
     <name>/                          complete: holds manifest.json (written before the rename)
     <name>.partial-<host>-<pid>/     being built; never read
     <name>.lock                      held while building, so concurrent jobs build it once
+                                     (removed once the directory is published)
 
 A build writes into its partial directory and renames it to ``<name>`` at the end; a crash at any
 point leaves only a partial directory, which nothing reads and the next build of that name removes
