@@ -48,7 +48,7 @@ def _config(text: str) -> Any:
 
 
 def prepare(cfg_json: str) -> dict[str, float]:
-    from bagpipe.data import prepare as prepare_dataset
+    from bagpipe.data.prepare import prepare as prepare_dataset
 
     start, cpu = time.perf_counter(), time.process_time()
     prepared = prepare_dataset(_config(cfg_json), progress=False)

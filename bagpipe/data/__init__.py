@@ -3,8 +3,8 @@ a calibrated synthetic generator with hidden-teacher labels; skew reports; batch
 
 Entry point: ``make_dataset(DatasetConfig(...))`` -> a ``Dataset`` with ``.schema``,
 ``.train(batch_size, num_batches)``, ``.eval(...)`` (``BatchSource``s of torchrec ``Batch``es) and
-``.describe()``. Raw files are prepared once into cached binary shards (``prepare``, also
-``python -m bagpipe.data.prepare``) and streamed from them.
+``.describe()``. Raw files are prepared once into cached binary shards
+(``bagpipe.data.prepare``, also ``python -m bagpipe.data.prepare``) and streamed from them.
 """
 
 from bagpipe.core.source import BatchSource
@@ -19,7 +19,6 @@ from bagpipe.data.dataset import (
 from bagpipe.data.errors import CacheDirError, DataFormatError
 from bagpipe.data.examples import Examples, dlrm_dense_transform
 from bagpipe.data.generator import GeneratorConfig, SyntheticGenerator
-from bagpipe.data.prepare import Prepared, prepare
 from bagpipe.data.presets import PRESETS, Preset, TableSpec, get_preset
 from bagpipe.data.readers import ReadStats, iter_avazu_csv, iter_criteo_tsv, iter_jsonl
 from bagpipe.data.skew import id_skew_report, skew_report, top_share
@@ -39,7 +38,6 @@ __all__ = [
     "Examples",
     "FileDataset",
     "GeneratorConfig",
-    "Prepared",
     "Preset",
     "ReadStats",
     "RowSource",
@@ -54,7 +52,6 @@ __all__ = [
     "iter_criteo_tsv",
     "iter_jsonl",
     "make_dataset",
-    "prepare",
     "roc_auc",
     "skew_report",
     "top_share",

@@ -19,10 +19,10 @@ from bagpipe.data import (
     DatasetConfig,
     SyntheticGenerator,
     make_dataset,
-    prepare,
     write_criteo_tsv,
 )
 from bagpipe.data.prepare import main as prepare_main
+from bagpipe.data.prepare import prepare
 from bagpipe.data.shard_writer import ShardWriter
 from bagpipe.data.vocab import Counter
 
@@ -85,7 +85,8 @@ def test_full_hash_sees_an_edit_the_sampled_fingerprint_misses(tmp_path: Path, t
 
 _CRASH = """
 import os, sys
-from bagpipe.data import DatasetConfig, prepare
+from bagpipe.data import DatasetConfig
+from bagpipe.data.prepare import prepare
 from bagpipe.data.shard_format import Manifest
 def crash(self, directory):  # every shard written, the manifest not yet: the worst moment
     os._exit(3)
