@@ -103,13 +103,16 @@ class SyntheticGenerator:
     def _chunk_rng(self, split: str, chunk: int) -> np.random.Generator:
         return np.random.default_rng([self.cfg.seed, SPLITS[split], chunk])
 
-    def _check(self, split: str, start: int, stop: int) -> range:
-        """The chunks rows ``start .. stop`` of ``split`` overlap."""
+    def _chunks(self, split: str, start: int, stop: int) -> tuple[range, slice]:
+        """The chunks rows ``start .. stop`` of ``split`` overlap, and where those rows are in
+        the chunks' rows laid end to end."""
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; valid: {sorted(SPLITS)}")
         if not 0 <= start < stop:
             raise IndexError(f"rows {start}..{stop}: need 0 <= start < stop")
-        return range(start // CHUNK_ROWS, -(-stop // CHUNK_ROWS))
+        first = start // CHUNK_ROWS
+        return range(first, -(-stop // CHUNK_ROWS)), slice(start - first * CHUNK_ROWS,
+                                                           stop - first * CHUNK_ROWS)
 
     def _sample_ids(self, uniforms: np.ndarray) -> np.ndarray:
         """``[F, N]`` uniforms -> ``[N, F]`` int64 row ids."""
@@ -130,7 +133,7 @@ class SyntheticGenerator:
 
     def _unlabelled(self, split: str, start: int, stop: int) -> tuple[Examples, np.ndarray]:
         """Rows ``start .. stop`` without labels, and each row's label uniform."""
-        chunks = self._check(split, start, stop)
+        chunks, cut = self._chunks(split, start, stop)
         uniforms, raws, missings, label_uniforms = [], [], [], []
         for chunk in chunks:
             rng = self._chunk_rng(split, chunk)
@@ -139,7 +142,6 @@ class SyntheticGenerator:
             raws.append(raw)
             missings.append(missing)
             label_uniforms.append(rng.random(CHUNK_ROWS))
-        cut = slice(start - chunks.start * CHUNK_ROWS, stop - chunks.start * CHUNK_ROWS)
         block = Examples.from_raw(
             None, np.concatenate(raws)[cut], np.concatenate(missings)[cut],
             self._sample_ids(np.concatenate(uniforms, axis=1)[:, cut]))
@@ -153,12 +155,9 @@ class SyntheticGenerator:
 
     def ids(self, split: str, start: int, stop: int) -> np.ndarray:
         """``rows(split, start, stop).ids`` ([N, F] int64), drawing only the ids."""
-        chunks = self._check(split, start, stop)
-        uniforms = np.concatenate(
-            [self._chunk_rng(split, c).random((self.num_features, CHUNK_ROWS)) for c in chunks],
-            axis=1)
-        return self._sample_ids(uniforms[:, start - chunks.start * CHUNK_ROWS:
-                                         stop - chunks.start * CHUNK_ROWS])
+        chunks, cut = self._chunks(split, start, stop)
+        uniforms = [self._chunk_rng(split, c).random((self.num_features, CHUNK_ROWS)) for c in chunks]
+        return self._sample_ids(np.concatenate(uniforms, axis=1)[:, cut])
 
     def examples(self, split: str, index: int, size: int) -> Examples:
         """Block ``index`` of ``size`` rows of ``split``: rows ``index*size .. (index+1)*size``."""
