@@ -55,7 +55,7 @@ class ShardSet:
                 continue
             shard = int(shards[group[0]])
             local = ordered[group] - self.starts[shard]
-            contiguous = local[-1] - local[0] + 1 == local.size
+            contiguous = bool(np.all(np.diff(local) == 1))  # a run of rows: read as a slice
             picks = slice(int(local[0]), int(local[-1]) + 1) if contiguous else local
             for array, column in zip(out, columns, strict=True):
                 array[order[group]] = self._mapped(shard, column)[picks]
