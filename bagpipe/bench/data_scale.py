@@ -83,15 +83,17 @@ def _probe(*args: str) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _write(path: Path, gen: SyntheticGenerator, first: int, rows: int) -> None:
-    """``rows`` generator rows from ``first`` as a Criteo TSV, unless a previous run left it."""
+def _write(path: Path, gen: SyntheticGenerator, first: int, rows: int) -> bool:
+    """``rows`` generator rows from ``first`` as a Criteo TSV, unless a previous run left it
+    (then False)."""
     if path.exists():
-        return
+        return False
     partial = path.with_suffix(".partial")
     blocks = (gen.rows("train", start, min(first + rows, start + _WRITE_ROWS))
               for start in range(first, first + rows, _WRITE_ROWS))
     write_criteo_tsv(str(partial), blocks, gen.table_sizes)
     partial.rename(path)
+    return True
 
 
 def _json(cfg: DatasetConfig) -> str:
@@ -103,10 +105,10 @@ def kaggle(directory: Path, rows: int, gen_cfg: GeneratorConfig) -> list[dict]:
     gen = SyntheticGenerator(preset, gen_cfg)
     path = directory / f"train_{rows}_{gen_cfg.scale:g}.txt"
     start = time.perf_counter()
-    _write(path, gen, 0, rows)
+    written = _write(path, gen, 0, rows)
     written_s = time.perf_counter() - start
-    cache = directory / "cache"
-    shutil.rmtree(cache, ignore_errors=True)
+    cache = directory / "cache-kaggle"
+    shutil.rmtree(cache, ignore_errors=True)  # preparing is measured: never from a cache
     files = _json(DatasetConfig(kind="criteo_tsv", path=str(path), scale=gen_cfg.scale,
                                 max_ind_range=gen_cfg.max_ind_range, cache_dir=str(cache)))
     config = {"rows": rows, "file_gb": round(path.stat().st_size / 1e9, 2), "batch": BATCH}
@@ -114,8 +116,8 @@ def kaggle(directory: Path, rows: int, gen_cfg: GeneratorConfig) -> list[dict]:
     runs = {"shards": _probe("train", files, str(BATCH), str(TRAIN_STEPS), str(time.time()))}
     synthetic = _json(DatasetConfig(scale=gen_cfg.scale, max_ind_range=gen_cfg.max_ind_range))
     runs["synthetic"] = _probe("train", synthetic, str(BATCH), str(TRAIN_STEPS), str(time.time()))
-    out = [
-        data_row("tsv_generate_write_s", written_s, "s", **config),
+    out = [data_row("tsv_generate_write_s", written_s, "s", **config)] if written else []
+    out += [
         data_row("prepare_rows_per_s", prepared["rows"] / prepared["seconds"], "rows/s", **config),
         data_row("prepare_rows_per_cpu_s", prepared["rows"] / prepared["cpu_seconds"], "rows/cpu-s",
              **config),
@@ -142,9 +144,11 @@ def terabyte(directory: Path, day_rows: int) -> list[dict]:
     gen = SyntheticGenerator(get_preset("criteo_terabyte"), gen_cfg)
     for day in range(2):
         _write(directory / f"day_{day}_{day_rows}", gen, day * day_rows, day_rows)
+    cache = directory / "cache-terabyte"
+    shutil.rmtree(cache, ignore_errors=True)
     cfg = DatasetConfig(kind="criteo_tsv", preset="criteo_terabyte", scale=gen_cfg.scale,
                         skew_target=None, path=str(directory / f"day_*_{day_rows}"), shuffle=True,
-                        cache_dir=str(directory / "cache"))
+                        cache_dir=str(cache))
     prepared = _probe("prepare", _json(cfg))
     streamed = _probe("stream", _json(cfg), str(BATCH))
     config = {"rows": 2 * day_rows, "days": 2, "batch": BATCH}
