@@ -43,4 +43,3 @@ class BatchSource(Protocol):
     def ids(self, index: int) -> torch.Tensor:
         """``ids_matrix(self[index])``: ``[B, F]`` int64 per-table ids, nothing else read."""
         ...
-
