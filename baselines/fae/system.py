@@ -5,8 +5,9 @@ budget, classify and re-pack the inputs, streaming the source's ids with bounded
 data and settings under ``ctx.workdir``) and returns the re-packed source, so the run records that
 FAE changes the sample order (``reorders_samples``). Each step's kind is decided from the batch
 itself (hot iff every lookup hits a hot row); when it differs from the previous step's, the driver
-has every trainer swap first. The shards are plain :class:`~bagpipe.paramserver.EmbeddingServer` shards; starting,
-driving and closing the roles is :class:`~bagpipe.paramserver.ParameterServerSystem`'s.
+has every trainer swap first. The shards are plain :class:`~bagpipe.paramserver.EmbeddingServer`
+shards; starting, driving and closing the roles is
+:class:`~bagpipe.paramserver.ParameterServerSystem`'s.
 """
 
 from __future__ import annotations
