@@ -68,8 +68,7 @@ def map_block(path: str, block: RawBlock, *, columns: Sequence[ColumnMap]) -> Ex
     ids = np.empty(block.keys.shape[::-1], dtype=np.int64)  # column-major, like the keys
     for f, column in enumerate(columns):
         ids[f] = column(block.keys[:, f], block.key_missing[:, f])
-    dense = dlrm_dense_transform(np.where(block.dense_missing, 0, block.dense_raw))
-    return Examples(block.labels, dense, ids.T)
+    return Examples(block.labels, dlrm_dense_transform(block.dense_raw), ids.T)
 
 
 def mapped_blocks(

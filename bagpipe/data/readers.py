@@ -65,7 +65,8 @@ class ReadStats:
 class RawBlock:
     """Parsed rows before the categorical mapping.
 
-    ``keys``/``key_missing`` are ``[N, F]``; ``extra`` holds format-specific columns (Avazu ``id``
+    ``keys``/``key_missing`` are ``[N, F]``, ``dense_raw`` is 0 where ``dense_missing`` (an empty
+    field), so it transforms as it is; ``extra`` holds format-specific columns (Avazu ``id``
     as uint64 and ``hour`` as int64). The readers fill them one column at a time, so ``keys``,
     ``key_missing``, ``dense_raw`` and ``dense_missing`` are column-major (Fortran order): a column
     ``[:, f]`` is contiguous for the mapper, which also works column by column.
