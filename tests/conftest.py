@@ -15,7 +15,6 @@ import torch
 
 from bagpipe.core.batch import Batch, DatasetSchema, batch_from_arrays, ids_matrix, split_batch
 from bagpipe.core.interface import ModelConfig, ModelState, OptimConfig, TrainContext
-from bagpipe.core.link import LinkConfig
 
 # Tiny tensors on a shared 2-core machine: intra-op threads only contend (a 60-step training test
 # takes 7 s with the default thread count and 0.1 s with one thread).
@@ -100,8 +99,8 @@ def equivalence_context(
 ) -> TrainContext:
     """The context every multi-process equivalence test trains ``local`` and its system on.
 
-    Learning rates large enough that every step moves the weights, and the link model off (exact
-    results, not timing, are under test).
+    Learning rates large enough that every step moves the weights, and nothing emulated on the
+    network (exact results, not timing, are under test).
     """
     return TrainContext(
         schema=schema,
@@ -110,7 +109,6 @@ def equivalence_context(
         global_batch_size=batch_size,
         seed=seed,
         source=TinySource(schema, batch_size, num_batches, seed=seed),
-        link=LinkConfig(enabled=False),
         **extra,  # type: ignore[arg-type]
     )
 

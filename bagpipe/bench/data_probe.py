@@ -81,7 +81,6 @@ def train(cfg_json: str, batch: str, steps: str, launched_at: str) -> dict[str, 
     import torch
 
     from bagpipe.core.interface import ModelConfig, OptimConfig, TrainContext
-    from bagpipe.core.link import LinkConfig
     from bagpipe.data import make_dataset
     from bagpipe.lrpp import Bagpipe
 
@@ -92,8 +91,8 @@ def train(cfg_json: str, batch: str, steps: str, launched_at: str) -> dict[str, 
     opened = time.perf_counter() - start
     source = dataset.train(int(batch), int(steps))
     ctx = TrainContext(schema=dataset.schema, model=ModelConfig(**MODEL),  # type: ignore[arg-type]
-                       optim=OptimConfig(), global_batch_size=int(batch), seed=0, source=source,
-                       link=LinkConfig(enabled=False))
+                       optim=OptimConfig(), global_batch_size=int(batch), seed=0,
+                       source=source)  # the default network: real, nothing shaped
     system = Bagpipe(num_trainers=2, num_servers=2)  # the default lookahead, L = 200
     times: list[float] = []
     first_step_at = 0.0

@@ -30,7 +30,6 @@ from pathlib import Path
 
 from bagpipe.core.checkpoint import CheckpointStore
 from bagpipe.core.interface import OptimConfig, System, TrainContext
-from bagpipe.core.link import LinkConfig
 from bagpipe.core.registry import load_system
 from bagpipe.core.source import BatchSource
 from bagpipe.data import DatasetConfig, make_dataset
@@ -122,7 +121,6 @@ def run(quick: bool) -> list[dict]:
         return TrainContext(
             schema=dataset.schema, model=paper_config("dlrm"), optim=OptimConfig(),
             global_batch_size=BATCH, seed=0, source=dataset.train(BATCH, batches),
-            link=LinkConfig(enabled=False),
         )
 
     rows: list[dict] = []

@@ -1,15 +1,17 @@
-"""Iteration time of every system on one workload, with the link model on (10 Gbps) and off.
+"""Iteration time of every system on one workload, on the emulated paper cluster and network-off.
 
 Workload: the paper's DLRM on the Kaggle-shaped synthetic dataset (``DatasetConfig(scale=0.001)``,
 26 tables, ~127k rows, top 1% of rows taking ~92% of accesses), global batch ``BATCH``. Each system
 in :data:`SYSTEMS` is set up, run ``WARMUP`` steps, then timed over the next steps (wall time of
-``train_step`` as the driver sees it), once per link setting, all in this one process, so ratios
-compare like with like. Rows (long format, one metric each):
+``train_step`` as the driver sees it), once per network (the paper's topology emulated by this
+machine's back-end, ``netns`` as root, else ``model``; and ``real``, nothing emulated), all in this
+one process, so ratios compare like with like. Every system gets the topology's one server shard.
+Rows (long format, one metric each):
 
 * ``iter_time_p50_s`` / ``iter_time_mean_s``: driver-side step time;
 * ``fetch_wait_s``: mean per-step time trainer 0 spent waiting for embedding rows;
 * ``emb_bytes_per_iter``: embedding traffic (pull + push + all-to-all) per step, all trainers;
-* ``slowdown_vs_local``: p50 iteration time over ``local``'s under the same link setting.
+* ``slowdown_vs_local``: p50 iteration time over ``local``'s on the same network.
 
 FAE trains on its re-packed source (``prepare_dataset``), as the runner would have it.
 
@@ -21,20 +23,22 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bagpipe.core.interface import OptimConfig, TrainContext
-from bagpipe.core.link import LinkConfig
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
+from bagpipe.core.net import NetworkConfig, Topology, resolve_backend
 from bagpipe.core.registry import load_system
 from bagpipe.data import DatasetConfig, make_dataset
 from bagpipe.models import paper_config
 
 BATCH = 2048
 WARMUP = 3
-LINKS = {
-    "10gbps": LinkConfig(bandwidth_gbps=10.0, latency_us=50.0),
-    "off": LinkConfig(enabled=False),
+PAPER = Topology.load(Path(__file__).resolve().parents[2] / "suites" / "topology" / "paper.yaml")
+NETWORKS = {
+    "paper": NetworkConfig(resolve_backend("auto"), PAPER.with_counts(trainers=2)),
+    "off": NetworkConfig("real", PAPER.with_counts(trainers=2)),
 }
 EMB_KINDS = (LinkKind.EMB_PULL, LinkKind.EMB_PUSH, LinkKind.ALLTOALL)
 
@@ -50,12 +54,14 @@ class SystemSpec:
 
 SYSTEMS: list[SystemSpec] = [
     SystemSpec("local", "local"),
-    SystemSpec("sync_ps", "sync_ps", {"num_trainers": 2, "num_servers": 2}),
+    SystemSpec("sync_ps", "sync_ps", {"num_trainers": 2, "num_servers": PAPER.servers}),
     # L = 10 (ci = 2) so that a 30-step run sees lease expiries, write-backs and refetches.
-    SystemSpec("bagpipe", "bagpipe", {"num_trainers": 2, "num_servers": 2, "lookahead": 10}),
+    SystemSpec(
+        "bagpipe", "bagpipe", {"num_trainers": 2, "num_servers": PAPER.servers, "lookahead": 10}
+    ),
     SystemSpec("torchrec", "torchrec", {"num_trainers": 2, "sharding": "auto"}),
-    SystemSpec("het", "het", {"num_trainers": 2, "num_servers": 2}),
-    SystemSpec("fae", "fae", {"num_trainers": 2, "num_servers": 2}),
+    SystemSpec("het", "het", {"num_trainers": 2, "num_servers": PAPER.servers}),
+    SystemSpec("fae", "fae", {"num_trainers": 2, "num_servers": PAPER.servers}),
 ]
 
 
@@ -92,9 +98,9 @@ def run(quick: bool) -> list[dict]:
     dataset = make_dataset(DatasetConfig(scale=0.001))
     model = paper_config("dlrm")
     rows: list[dict] = []
-    for link_label, link in LINKS.items():
+    for network_label, network in NETWORKS.items():
 
-        def context(link: LinkConfig = link) -> TrainContext:
+        def context(network: NetworkConfig = network) -> TrainContext:
             return TrainContext(
                 schema=dataset.schema,
                 model=model,
@@ -102,7 +108,7 @@ def run(quick: bool) -> list[dict]:
                 global_batch_size=BATCH,
                 seed=0,
                 source=dataset.train(BATCH, WARMUP + steps),
-                link=link,
+                network=network,
             )
 
         measured = {spec.label: _measure(spec, context(), steps) for spec in SYSTEMS}
@@ -113,7 +119,7 @@ def run(quick: bool) -> list[dict]:
                 "benchmark": "systems",
                 "system": label,
                 "model": "dlrm",
-                "link": link_label,
+                "network": network_label,
                 "batch": BATCH,
                 "steps": steps,
             }

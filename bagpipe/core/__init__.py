@@ -1,5 +1,6 @@
-"""The substrate every system shares: the System interface and registry, batches, the Meter and the
-link model, and the process roles that multi-process systems are made of."""
+"""The substrate every system shares: the System interface and registry, batches, the Meter, the
+emulated network (``net``: topology, back-ends, the wire), and the process roles that multi-process
+systems are made of."""
 
 from bagpipe.core.batch import (
     Batch,
@@ -17,25 +18,26 @@ from bagpipe.core.interface import (
     System,
     TrainContext,
 )
-from bagpipe.core.link import Link, LinkConfig, Network
 from bagpipe.core.meter import LinkKind, Meter, Phase, StepRecord
+from bagpipe.core.net.topology import Nic, Topology
+from bagpipe.core.net.wire import NetworkConfig
 from bagpipe.core.registry import UnknownSystemError, load_system, registered_systems
 
 __all__ = [
     "Batch",
     "DatasetSchema",
-    "Link",
-    "LinkConfig",
     "LinkKind",
     "Meter",
     "ModelState",
-    "Network",
+    "NetworkConfig",
+    "Nic",
     "OptimConfig",
     "Phase",
     "PhaseInfo",
     "StepRecord",
     "StepResult",
     "System",
+    "Topology",
     "TrainContext",
     "UnknownSystemError",
     "batch_from_arrays",

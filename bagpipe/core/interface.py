@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from bagpipe.core.batch import Batch, DatasetSchema
-from bagpipe.core.link import LinkConfig
 from bagpipe.core.meter import StepRecord
+from bagpipe.core.net.wire import NetworkConfig
 
 if TYPE_CHECKING:
     from bagpipe.core.source import BatchSource
@@ -68,6 +68,15 @@ class ModelConfig:
     extra: dict[str, float] = field(default_factory=dict)
 
 
+def cache_budget_rows(schema: DatasetSchema, fraction: float) -> int:
+    """The rows one trainer may cache under a budget of ``fraction`` of the dataset's embedding
+    rows: the one budget rule every caching system follows (Bagpipe's capacity, HET's cache
+    lines, FAE's hot replica), so equal budgets scale with the tables alike."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"cache budget must be a share of the rows in (0, 1], got {fraction}")
+    return max(1, int(fraction * schema.total_rows))
+
+
 @dataclass(frozen=True)
 class ResumePoint:
     """Where a resumed run starts: ``step`` batches are done and the model is ``state``.
@@ -99,7 +108,7 @@ class TrainContext:
     global_batch_size: int
     seed: int
     source: BatchSource
-    link: LinkConfig = field(default_factory=LinkConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
     workdir: Path = field(default_factory=lambda: Path("."))
     resume: ResumePoint | None = None
     num_steps: int | None = None
@@ -190,6 +199,12 @@ class System(ABC):
     @abstractmethod
     def setup(self, ctx: TrainContext) -> None:
         """Start the roles and build every replica from the shared seeded initial state."""
+
+    def reads_ahead(self) -> int:
+        """How many batches past the current one ``train_step`` reads from ``ctx.source`` (HET's
+        prefetch, TorchRec's pipeline): the runner produces them before the step, as it does the
+        step's own batch, so no system generates data inside its timed window."""
+        return 0
 
     def prepare_dataset(self, source: BatchSource) -> BatchSource:
         """Return the batch source to train on; identity unless ``reorders_samples``."""

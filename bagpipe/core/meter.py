@@ -21,10 +21,12 @@ class LinkKind(StrEnum):
 
     EMB_PULL = "emb_pull"  # embedding rows server -> trainer
     EMB_PUSH = "emb_push"  # embedding rows / gradients trainer -> server
+    EMB_META = "emb_meta"  # keys, versions and counts sent beside rows (HET's read/write metadata)
     ALLREDUCE = "allreduce"  # collective among trainers (dense grads, cached-row grads)
     ALLTOALL = "alltoall"  # model-parallel exchange (TorchRec)
     H2D = "h2d"  # host <-> device copies (FAE hot/cold swaps, cold-batch activations)
     DATA = "data"  # input batches and plans sent to trainers (the loader's traffic)
+    CONTROL = "control"  # any other message between two roles (untagged calls)
 
 
 class Phase(StrEnum):

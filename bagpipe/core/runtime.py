@@ -1,42 +1,26 @@
-"""Per-process role state, and the helpers every system uses to move bytes between roles.
+"""Per-process role state: who this process is, its Meter, and its end of the wire.
 
 Every process of a multi-process system (the driver and each role spawned by
 :class:`bagpipe.core.roles.Deployment`) holds one :class:`RoleRuntime`: its role name, its
-:class:`~bagpipe.core.meter.Meter` and its :class:`~bagpipe.core.link.Network` (the emulated links it
-*sends* on). The Deployment initialises it in every process before any role object is built, so role
-code simply calls :func:`current`.
+:class:`~bagpipe.core.meter.Meter` and its :class:`~bagpipe.core.net.wire.Wire`. The Deployment
+initialises it in every process before any role object is built, so role code simply calls
+:func:`current`.
 
-The accounting convention (identical for every system, so byte counts and delays compare):
-
-* **The sender sleeps.** Whoever puts the bytes on the wire calls :func:`delay` (or
-  :func:`transfer`) on its link *to the receiver* before the receiver may use them. An embedding
-  server answering a pull sleeps on its link ``server -> trainer`` before returning the rows; a
-  trainer pushing gradients sleeps on ``trainer -> server`` before the push is sent.
-* **The trainer counts.** Only trainers charge the Meter, for both directions of their traffic
-  (rows it pulls *and* gradients it pushes), so the per-iteration :class:`StepRecord` a trainer
-  returns is complete on its own and records of the T trainers sum to the iteration's traffic.
-  Servers and other roles never charge (that would count each byte twice). A role that sends to a
-  trainer without the trainer asking (e.g. an oracle pushing plans) returns the byte count, or the
-  trainer charges what it received.
-* **Data batches are counted, not delayed.** The driver sending a trainer its slice of the batch
-  stands for the trainer reading its own data in a real deployment: trainers charge it as
-  ``LinkKind.DATA`` on receipt, and no link delay applies. Same for every system.
-* **Bytes are exact**: ``t.numel() * t.element_size()`` of every tensor that crosses, including id
-  tensors sent with requests.
-
-Example (inside a trainer role object)::
+Systems never charge or delay traffic themselves: every message between roles goes through the
+role layer and every collective through ``bagpipe.core.collectives``, which hand it to the wire
+(``bagpipe.core.net.wire``: one rule for counting, one for delaying, for every system). What a
+role does with its runtime is measure its own work::
 
     rt = runtime.current()
-    rt.meter.count("steps")
-    runtime.charge(LinkKind.DATA, dense, ids, labels)                 # received, not delayed
-    runtime.transfer("server_0", LinkKind.EMB_PUSH, ids, grads, rows=len(ids))   # sleep + count
+    with rt.meter.phase(Phase.FORWARD):
+        logits = model(dense, pooled)
+    rt.meter.count("rows_prefetched", len(ids))
     record = rt.meter.end_step()
 """
 
 from __future__ import annotations
 
 import threading
-import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,16 +28,14 @@ from pathlib import Path
 
 import torch
 
-from bagpipe.core.link import LinkConfig, Network
-from bagpipe.core.meter import LinkKind, Meter, StepRecord
+from bagpipe.core.meter import Meter, StepRecord
+from bagpipe.core.net.fairshare import SharedNics
+from bagpipe.core.net.wire import DRIVER, NetworkConfig, Wire
 
 __all__ = [
     "DRIVER",
     "RoleRuntime",
-    "charge",
     "current",
-    "delay",
-    "delay_parallel",
     "error_report_path",
     "init",
     "is_initialised",
@@ -61,39 +43,45 @@ __all__ = [
     "nbytes",
     "report_failure",
     "start_thread",
-    "transfer",
 ]
-
-
-#: The role name of the process that drives a system (the runner's process).
-DRIVER = "driver"
 
 
 @dataclass
 class RoleRuntime:
-    """What one process knows about itself: its role, its Meter and the links it sends on.
+    """What one process knows about itself: its role, its Meter and its end of the wire.
 
     ``error_dir`` is where a role writes the traceback of a failure that happens outside an RPC
     call (a background thread): the driver watches it and fails the run naming the role.
     """
 
     role: str
-    link: LinkConfig
+    network: NetworkConfig
+    nics: SharedNics | None = None
     meter: Meter = field(default_factory=Meter)
-    network: Network = field(init=False)
+    wire: Wire = field(init=False)
     error_dir: Path | None = None
 
     def __post_init__(self) -> None:
-        self.network = Network(self.link)
+        self.wire = Wire(self.role, self.network, self.meter, self.nics)
 
 
 _STATE: RoleRuntime | None = None
 
 
-def init(role: str, link: LinkConfig, error_dir: Path | None = None) -> RoleRuntime:
-    """Install this process's runtime (the Deployment does it; tests may too). Replaces any old one."""
+def init(
+    role: str,
+    network: NetworkConfig | None = None,
+    error_dir: Path | None = None,
+    nics: SharedNics | None = None,
+) -> RoleRuntime:
+    """Install this process's runtime (the Deployment does it; tests may too). Replaces any old one.
+
+    ``network`` defaults to the ``real`` back-end (nothing emulated).
+    """
     global _STATE
-    _STATE = RoleRuntime(role=role, link=link, error_dir=error_dir)
+    _STATE = RoleRuntime(
+        role=role, network=network or NetworkConfig(), nics=nics, error_dir=error_dir
+    )
     return _STATE
 
 
@@ -106,7 +94,7 @@ def current() -> RoleRuntime:
     if _STATE is None:
         raise RuntimeError(
             "bagpipe.core.runtime is not initialised in this process: role objects must be built "
-            "through Deployment.remote(...), or call runtime.init(role, link) first"
+            "through Deployment.remote(...), or call runtime.init(role) first"
         )
     return _STATE
 
@@ -114,45 +102,6 @@ def current() -> RoleRuntime:
 def nbytes(*tensors: torch.Tensor) -> int:
     """Exact payload size of ``tensors`` in bytes."""
     return sum(t.numel() * t.element_size() for t in tensors)
-
-
-def charge(kind: LinkKind | str, *tensors: torch.Tensor, rows: int = 0) -> int:
-    """Count ``tensors`` as ``kind`` traffic in this process's Meter (no delay); return the bytes."""
-    size = nbytes(*tensors)
-    current().meter.add_traffic(kind, size, rows=rows)
-    return size
-
-
-def delay(dst: str, *tensors: torch.Tensor) -> float:
-    """Hold the caller for sending ``tensors`` on its link to role ``dst`` (no count); return s."""
-    return current().network.send(dst, nbytes(*tensors))
-
-
-def delay_parallel(sends: Sequence[tuple[str, Sequence[torch.Tensor]]]) -> float:
-    """Hold the caller for sends to several roles at once (one link each, overlapping); return s.
-
-    The caller is held until the slowest link is done, as a NIC sending to several peers would be.
-    """
-    if len(sends) <= 1:
-        return sum(delay(dst, *tensors) for dst, tensors in sends)
-    start = time.perf_counter()
-    threads = [
-        threading.Thread(target=delay, args=(dst, *tensors), daemon=True)
-        for dst, tensors in sends[1:]
-    ]
-    for thread in threads:
-        thread.start()
-    dst, tensors = sends[0]
-    delay(dst, *tensors)
-    for thread in threads:
-        thread.join()
-    return time.perf_counter() - start
-
-
-def transfer(dst: str, kind: LinkKind | str, *tensors: torch.Tensor, rows: int = 0) -> float:
-    """The sending trainer's helper: count ``tensors`` as ``kind`` and sleep on the link to ``dst``."""
-    charge(kind, *tensors, rows=rows)
-    return delay(dst, *tensors)
 
 
 def merge_trainer_records(records: Sequence[StepRecord]) -> StepRecord:

@@ -5,8 +5,8 @@ The oracle runs on a machine of its own in the paper; here it is the ``oracle`` 
 after epoch, from a resumed step on: :class:`~bagpipe.training.start.TrainingStream`) with the
 importable :class:`~bagpipe.oracle.OracleCacher`, and pushes every trainer its step and round plans
 at most ``window_steps`` ahead of training, so plans in flight stay bounded whatever the stream's
-length. Plans sent to a trainer are delayed on the oracle's link to it (the sender sleeps) and
-charged by the trainer on receipt.
+length. Plans cross the oracle's NIC to every trainer (the wire delays them) and the trainers
+count them as the loader's ``data``.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import asdict
 
-import torch
-
 from bagpipe.core import runtime
 from bagpipe.core.batch import DatasetSchema
+from bagpipe.core.meter import LinkKind
 from bagpipe.core.roles import RoleRef
 from bagpipe.oracle.cacher import OracleCacher
 from bagpipe.oracle.config import OracleConfig
@@ -98,10 +97,6 @@ class OracleRole:
         return lambda: self._closed or due <= self._progress + self.window_steps
 
     def _push(self, plans: list[Plan]) -> None:
-        tensors = [t for plan in plans for t in vars(plan).values() if isinstance(t, torch.Tensor)]
-        futures = []
-        for k, trainer in enumerate(self.trainers):
-            runtime.delay(f"trainer_{k}", *tensors)
-            futures.append(trainer.rpc_async().receive_plans(plans))
+        futures = [t.rpc_async(kind=LinkKind.DATA).receive_plans(plans) for t in self.trainers]
         for future in futures:
             future.wait()

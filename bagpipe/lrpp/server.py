@@ -8,13 +8,13 @@ A round of the trainer caches (``RoundPlan``) talks to every shard twice::
 
     trainer k:  write_back(r, ids_k_s, rows_k_s)   to every shard s (possibly empty: it is also
                                                    the trainer's "I am done writing round r")
-                fetch(r, ids, dst)                 blocks on shard s until all T trainers' write-backs
+                fetch(r, ids)                      blocks on shard s until all T trainers' write-backs
                                                    of round r arrived: the read-after-write barrier
 
 so a row evicted by one trainer and refetched by another in the same round is never read stale. The
 original had one server and counted write-back calls; here every shard counts per round, so the
-barrier holds with any number of shards. Rows returned by ``fetch`` are delayed on the shard's link
-to the trainer (the sender sleeps, ``bagpipe.core.runtime``); trainers count the bytes.
+barrier holds with any number of shards. The trainers tag their calls; the wire counts and delays
+the rows both ways (``bagpipe.core.net.wire``).
 """
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ class BagpipeServerShard(EmbeddingServer):
                 )
             self._cond.notify_all()
 
-    def fetch(self, round_index: int, ids: torch.Tensor, dst: str) -> torch.Tensor:
-        """Rows of ``ids`` once every trainer wrote back round ``round_index``; sent to ``dst``."""
+    def fetch(self, round_index: int, ids: torch.Tensor) -> torch.Tensor:
+        """Rows of ``ids`` once every trainer wrote back round ``round_index``."""
         with self._cond:
             self._cond.wait_for(lambda: self._writebacks.get(round_index, 0) >= self.num_trainers)
             self._writebacks.pop(round_index - 2, None)  # every fetch of round r-2 is long done
-        return self.fetch_rows(ids, dst)
+        return self.fetch_rows(ids)

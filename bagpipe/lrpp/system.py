@@ -10,7 +10,9 @@ Processes (one :class:`~bagpipe.core.roles.Deployment`; the same code runs on on
     trainer_k   BagpipeTrainer, k < T: dense replica + LRPP cache; slice k of every global batch
 
 Knobs: ``num_trainers``, ``num_servers``, ``lookahead`` (L), ``cache_capacity`` (rows, ``None`` =
-unbounded: rows leave only when their lease expires), ``cleanup_fraction`` (cleanup interval
+unbounded: rows leave only when their lease expires) or ``cache_budget`` (the same capacity as a
+share of the dataset's rows, the rule every caching system's budget follows:
+``bagpipe.core.interface.cache_budget_rows``), ``cleanup_fraction`` (cleanup interval
 ``ci = max(1, int(cleanup_fraction * L))``).
 
 Ablations (bagpipe.md §4.5/§5.3 E7; all ``True`` = the paper's design, each keeps training exact):
@@ -31,13 +33,19 @@ previous step), ``rows_fetched_on_demand`` (``prefetch=False``), ``allreduce_byt
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from bagpipe.core import runtime
 from bagpipe.core.batch import Batch, ids_matrix, split_batch
-from bagpipe.core.interface import ModelState, StepResult, System, TrainContext
-from bagpipe.core.meter import StepRecord
+from bagpipe.core.interface import (
+    ModelState,
+    StepResult,
+    System,
+    TrainContext,
+    cache_budget_rows,
+)
+from bagpipe.core.meter import LinkKind, StepRecord
 from bagpipe.core.roles import Deployment, RoleRef
 from bagpipe.lrpp.oracle_role import OracleRole
 from bagpipe.lrpp.server import BagpipeServerShard
@@ -60,6 +68,7 @@ class Bagpipe(System):
         num_servers: int = 2,
         lookahead: int = 200,
         cache_capacity: int | None = None,
+        cache_budget: float | None = None,
         cleanup_fraction: float = DEFAULT_CLEANUP_FRACTION,
         sync_later: bool = True,
         prefetch: bool = True,
@@ -71,6 +80,11 @@ class Bagpipe(System):
             )
         self.num_trainers = num_trainers
         self.num_servers = num_servers
+        if cache_capacity is not None and cache_budget is not None:
+            raise ValueError(
+                "system.cache_capacity (rows) and system.cache_budget (share of the rows): give one"
+            )
+        self.cache_budget = cache_budget
         self.design = Design(sync_later=sync_later, prefetch=prefetch, partition=partition)
         self.oracle_config = OracleConfig(
             num_trainers=num_trainers,
@@ -93,6 +107,10 @@ class Bagpipe(System):
                 f"system.num_trainers={self.num_trainers} equal slices"
             )
         self._ctx = ctx
+        if self.cache_budget is not None:
+            self.oracle_config = replace(
+                self.oracle_config, capacity=cache_budget_rows(ctx.schema, self.cache_budget)
+            )
         # Resuming: roles start from the checkpoint's weights with empty caches, and the oracle
         # plans the stream from the resumed step on, which the roles number from 0.
         spec = ctx.trainer_spec()
@@ -101,7 +119,7 @@ class Bagpipe(System):
         source = TrainingStream(ctx.source, self._step_offset, end)
         servers = [server_role(s) for s in range(self.num_servers)]
         trainers = [f"trainer_{k}" for k in range(self.num_trainers)]
-        deployment = Deployment(["oracle", *servers, *trainers], link=ctx.link)
+        deployment = Deployment(["oracle", *servers, *trainers], network=ctx.network)
         self._deployment = deployment
         try:
             dim = table_dim(ctx.model)
@@ -131,7 +149,9 @@ class Bagpipe(System):
         step -= self._step_offset  # the roles number steps from where this run (re)started
         planning = oracle.rpc_async().advance(step)
         futures = [
-            trainer.rpc_async().train_step(step, part.dense_features, ids_matrix(part), part.labels)
+            trainer.rpc_async(kind=LinkKind.DATA).train_step(
+                step, part.dense_features, ids_matrix(part), part.labels
+            )
             for trainer, part in zip(self._trainers, split_batch(batch, self.num_trainers), strict=True)
         ]
         *results, planning_s = deployment.wait([*futures, planning])
@@ -156,6 +176,7 @@ class Bagpipe(System):
         if self._deployment is not None and self._oracle is not None:
             out.update(self._deployment.wait([self._oracle.rpc_async().stats()])[0])
         out["cleanup_interval"] = self.oracle_config.ci
+        out["cache_capacity_rows"] = self.oracle_config.capacity or 0
         out["lookahead"] = self.oracle_config.lookahead
         out.update({k: float(v) for k, v in asdict(self.design).items()})
         return out

@@ -10,7 +10,8 @@ Critical path of step ``n`` (``train_step``)::
     [wait round n/ci installed, if n starts a round]  FETCH_WAIT (0 when the prefetch kept up)
     gather rows of the slice from the cache           FORWARD
     forward, backward                                 FORWARD, BACKWARD
-    all-reduce(sync_now_n grads ++ dense grads)       SYNC  (one collective, SUM)
+      DDP all-reduces the dense gradients as backward makes them; the last bucket also
+      carries sync_now_n's row gradients (one collective, SUM)
     wait sync_later_{n-1} all-reduce (started at n-1) SYNC  (normally long done)
     SGD: cache rows (sync_now_n, own singletons_n, sync_later_{n-1}), dense   OPTIMIZER
     start all-reduce(sync_later_n), async             -> applied at step n+1
@@ -54,6 +55,7 @@ from typing import Any
 import torch
 
 from bagpipe.core import collectives, runtime
+from bagpipe.core.collectives import FusedTail
 from bagpipe.core.interface import TrainerSpec
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
 from bagpipe.core.roles import Rendezvous, RoleRef
@@ -63,7 +65,7 @@ from bagpipe.oracle.config import OracleConfig
 from bagpipe.oracle.plan import RoundPlan, StepPlan
 from bagpipe.paramserver import ShardLayout
 from bagpipe.training.start import start_dense_model
-from bagpipe.training.step import forward_backward, sgd_dense_, unique_rows
+from bagpipe.training.step import forward_backward, replicate_dense, sgd_dense_, unique_rows
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,9 @@ class BagpipeTrainer:
         self.offsets = spec.schema.table_offsets
         self.model = start_dense_model(spec.model, spec.schema, spec.seed, spec.resume_state)
         self.model.train()
+        self.fuse = FusedTail()  # sync-now rows ride in the dense part's last DDP bucket
+        self.ddp_model = replicate_dense(self.model, self.fuse)
+        self._dense_bytes = sum(runtime.nbytes(p) for p in self.model.parameters())
         self.cache = TrainerCache(oracle.capacity, table_dim(spec.model))
         self.board = _Board()
         self._pending_later: tuple[torch.Tensor, collectives.AllReduceHandle] | None = None
@@ -195,10 +200,7 @@ class BagpipeTrainer:
 
     # ------------------------------------------------------------------ from the oracle / driver
     def receive_plans(self, plans: list[StepPlan | RoundPlan]) -> None:
-        """Plans pushed by the oracle (charged here, on receipt, as the loader's DATA traffic)."""
-        tensors = [t for plan in plans for t in vars(plan).values() if isinstance(t, torch.Tensor)]
-        if tensors:
-            runtime.charge(LinkKind.DATA, *tensors)
+        """Plans pushed by the oracle (the oracle's calls count them as the loader's DATA)."""
         self.board.post(plans)
 
     def train_step(
@@ -207,7 +209,6 @@ class BagpipeTrainer:
         """One iteration on this trainer's slice ``(dense [b, D], ids [b, F], labels [b])``."""
         meter = runtime.current().meter
         spec, design, ci = self.spec, self.design, self.ci
-        runtime.charge(LinkKind.DATA, dense, ids, labels)
         if step % ci == 0:
             with meter.phase(Phase.FETCH_WAIT):
                 self._wait_installed(step // ci)
@@ -223,14 +224,13 @@ class BagpipeTrainer:
             rows, hits, misses = self.cache.read_for_step(unique)
         meter.add_cache(hits, misses)
         grads = forward_backward(
-            self.model, dense, rows, inverse, labels, spec.global_batch_size, meter
+            self.ddp_model, dense, rows, inverse, labels, spec.global_batch_size, meter,
+            fuse=self.fuse, extra=lambda row_grads: scatter_rows(plan.sync_now, unique, row_grads),
         )
+        now = self.fuse.take().view(-1, self.cache.dim)  # summed over the trainers
         with meter.phase(Phase.SYNC):
-            now = scatter_rows(plan.sync_now, unique, grads.row_grads)
-            dense_grads = [self._grad_of(p) for p in self.model.parameters()]
-            collectives.allreduce([now, *dense_grads])
             later_ids, later_sum = self._finish_pending_later()
-        meter.count("allreduce_bytes_critical", float(runtime.nbytes(now, *dense_grads)))
+        meter.count("allreduce_bytes_critical", float(runtime.nbytes(now) + self._dense_bytes))
         with meter.phase(Phase.OPTIMIZER):
             mine = plan.singleton[plan.singleton_owner == self.index]
             own = grads.row_grads[torch.searchsorted(unique, mine)]
@@ -274,12 +274,6 @@ class BagpipeTrainer:
         self._shard_pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ critical-path helpers
-    @staticmethod
-    def _grad_of(param: torch.nn.Parameter) -> torch.Tensor:
-        if param.grad is None:
-            param.grad = torch.zeros_like(param)
-        return param.grad
-
     def _finish_pending_later(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self._pending_later is None:
             return torch.empty(0, dtype=torch.int64), torch.empty(0, self.cache.dim)
@@ -365,18 +359,12 @@ class BagpipeTrainer:
         self.cache.install(ids, fetched)
 
     def _write_back(self, shard: int, round_index: int, ids: torch.Tensor, rows: torch.Tensor) -> None:
-        server = f"server_{shard}"
-        runtime.transfer(server, LinkKind.EMB_PUSH, ids, rows, rows=ids.numel())
-        self.servers[shard].rpc_sync().write_back(round_index, ids, rows)
+        self.servers[shard].rpc_sync(kind=LinkKind.EMB_PUSH).write_back(round_index, ids, rows)
 
     def _fetch(self, shard: int, round_index: int, ids: torch.Tensor) -> torch.Tensor:
         if ids.numel() == 0:
             return torch.empty(0, self.cache.dim)
-        server = f"server_{shard}"
-        runtime.transfer(server, LinkKind.EMB_PULL, ids)
-        rows = self.servers[shard].rpc_sync().fetch(round_index, ids, self.role)
-        runtime.charge(LinkKind.EMB_PULL, rows, rows=ids.numel())
-        return rows
+        return self.servers[shard].rpc_sync(kind=LinkKind.EMB_PULL).fetch(round_index, ids)
 
     def stats(self) -> dict[str, Any]:
         return {"cache_rows": len(self.cache), "cache_slots": self.cache.num_slots}

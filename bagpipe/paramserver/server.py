@@ -4,8 +4,8 @@ Every shard starts from the same seeded tables as every other system
 (``bagpipe.training.start.start_table``, or a checkpoint's when resuming), in the layout of
 :class:`~bagpipe.paramserver.layout.ShardLayout`.
 
-**Traffic convention** (``bagpipe.core.runtime``): the sender sleeps on its link, the trainer
-counts. A shard answering a pull sleeps on its link to the trainer before returning the rows.
+A shard never counts or delays its traffic: its callers tag their calls with a Meter column and
+the wire (``bagpipe.core.net.wire``) does both, for the requests and for the replies.
 
 Extension point: systems with extra server-side semantics (a write-back barrier, per-row versions,
 step-ordered sums) subclass :class:`EmbeddingServer` and add methods, reusing ``local_index``,
@@ -18,7 +18,6 @@ import threading
 
 import torch
 
-from bagpipe.core import runtime
 from bagpipe.core.batch import DatasetSchema
 from bagpipe.core.interface import ModelState
 from bagpipe.paramserver.layout import ShardLayout
@@ -70,13 +69,11 @@ class EmbeddingServer:
             raise ValueError(f"server_{self.shard}: asked for ids stored on other shards")
         return self.layout.local_index(ids)
 
-    def fetch_rows(self, ids: torch.Tensor, dst: str) -> torch.Tensor:
-        """Rows of global ``ids`` (``[len(ids), dim]``), after the link delay toward ``dst``."""
+    def fetch_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows of global ``ids`` (``[len(ids), dim]``)."""
         local = self.local_index(ids)
         with self.lock:
-            rows = self.rows[local]
-        runtime.delay(dst, rows)
-        return rows
+            return self.rows[local]
 
     def apply_gradients(self, ids: torch.Tensor, grads: torch.Tensor, lr: float) -> None:
         """Plain SGD ``w[ids] -= lr * grads``; gradients of repeated ids are summed."""

@@ -40,6 +40,7 @@ from torch.futures import Future
 
 from bagpipe.core import collectives
 from bagpipe.core.batch import Batch, split_batch
+from bagpipe.core.collectives import FusedTail
 from bagpipe.core.interface import StepResult, System, TrainContext, TrainerSpec
 from bagpipe.core.roles import Deployment, Rendezvous, RoleRef
 from bagpipe.core.runtime import merge_trainer_records
@@ -47,6 +48,7 @@ from bagpipe.models import table_dim
 from bagpipe.paramserver.layout import server_role
 from bagpipe.paramserver.server import EmbeddingServer
 from bagpipe.training.start import start_dense_model
+from bagpipe.training.step import replicate_dense
 
 __all__ = ["ParameterServerSystem", "ParameterServerTrainer"]
 
@@ -55,7 +57,9 @@ class ParameterServerTrainer:
     """Trainer ``rank`` of a :class:`ParameterServerSystem`: what every such trainer holds.
 
     It joins the trainer group (the constructors of all T trainers meet there), keeps the shards'
-    refs and role names, the run's settings, and a dense replica in training mode. Subclasses add
+    refs and role names, the run's settings, and a dense replica in training mode, wrapped in
+    ``DistributedDataParallel`` (``ddp_model``: forward through it, and backward sums the dense
+    gradients over the trainers). Subclasses add
     their embedding path (pulls and pushes, a cache, a hot-row replica) and ``train_step``.
 
     Args:
@@ -64,6 +68,9 @@ class ParameterServerTrainer:
         servers: the shards' refs, ``servers[s]`` being shard ``s``.
         spec: the run's settings (:class:`~bagpipe.core.interface.TrainerSpec`).
     """
+
+    #: True for a trainer that sums row gradients with the dense ones (``self.fuse``).
+    fuses_rows: ClassVar[bool] = False
 
     def __init__(
         self, rank: int, group: Rendezvous, servers: list[RoleRef], spec: TrainerSpec
@@ -77,6 +84,9 @@ class ParameterServerTrainer:
         self.global_batch_size = spec.global_batch_size
         self.model = start_dense_model(spec.model, spec.schema, spec.seed, spec.resume_state)
         self.model.train()
+        #: Row gradients a subclass sums with the dense part in one collective (FAE's hot rows).
+        self.fuse = FusedTail() if self.fuses_rows else None
+        self.ddp_model = replicate_dense(self.model, self.fuse)
 
     def dense_state(self) -> dict[str, torch.Tensor]:
         """A copy of the dense replica's weights (equal on every trainer after each step)."""
@@ -134,7 +144,7 @@ class ParameterServerSystem(System):
         dim = table_dim(ctx.model)
         servers = [server_role(s) for s in range(self.num_servers)]
         trainers = [f"trainer_{k}" for k in range(self.num_trainers)]
-        deployment = Deployment([*servers, *trainers], link=ctx.link)
+        deployment = Deployment([*servers, *trainers], network=ctx.network)
         try:
             self._servers = [
                 deployment.remote(

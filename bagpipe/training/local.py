@@ -33,7 +33,7 @@ class LocalSystem(System):
 
     def setup(self, ctx: TrainContext) -> None:
         """Build the tables and the dense model; this process plays the only role (the driver)."""
-        runtime.init(runtime.DRIVER, ctx.link)
+        runtime.init(runtime.DRIVER, ctx.network)
         resume = ctx.trainer_spec().resume_state
         tables = start_tables(ctx.schema, table_dim(ctx.model), ctx.seed, resume)
         self._rows = torch.cat([tables[name] for name in ctx.schema.table_names])

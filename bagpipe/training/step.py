@@ -13,18 +13,22 @@ Conventions (every system follows them; the equivalence tests rely on them):
   on the whole batch. The reported loss is likewise the sum over trainers of their slice losses.
 * **Optimizer.** Plain SGD, no momentum or weight decay: :func:`sgd_rows_` for embedding rows
   (sparse: only rows in ``unique_ids`` change) and :func:`sgd_dense_` for the dense part.
+* **Dense replicas** are ``DistributedDataParallel`` modules (:func:`replicate_dense`), as PyTorch
+  trainers train them: DDP's bucketed all-reduce overlaps backward, through the wire, summing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
+from bagpipe.core.collectives import FusedTail, ddp_hook
 from bagpipe.core.meter import Meter, Phase
-from bagpipe.models.base import RecModel
 
 
 def unique_rows(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,19 +68,27 @@ class SliceGradients:
 
 
 def forward_backward(
-    model: RecModel,
+    model: nn.Module,
     dense: torch.Tensor,
     rows: torch.Tensor,
     inverse: torch.Tensor,
     labels: torch.Tensor,
     global_batch_size: int,
     meter: Meter,
+    fuse: FusedTail | None = None,
+    extra: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> SliceGradients:
     """Forward and backward of one slice, charging ``forward`` and ``backward`` on ``meter``.
 
-    ``rows`` are the fetched rows (not modified); gradients flow into a detached copy.
+    ``model`` is the dense part, usually wrapped in ``DistributedDataParallel`` (its gradients are
+    then summed over the trainers during backward). ``rows`` are the fetched rows (not modified);
+    gradients flow into a detached copy. With ``fuse``, ``extra(row gradients)`` rides in DDP's
+    last bucket (``fuse.take()`` after this returns): a system's row gradients summed over the
+    trainers in the same collective as the dense part.
     """
     leaf = rows.detach().requires_grad_(True)
+    if fuse is not None and extra is not None:
+        fuse.expect(leaf, extra)
     with meter.phase(Phase.FORWARD):
         logits = model(dense, pooled_from_rows(leaf, inverse))
         loss = slice_loss(logits, labels, global_batch_size)
@@ -84,6 +96,18 @@ def forward_backward(
         loss.backward()
     assert leaf.grad is not None
     return SliceGradients(loss=float(loss.detach()), row_grads=leaf.grad)
+
+
+def replicate_dense(model: nn.Module, fuse: FusedTail | None = None) -> DistributedDataParallel:
+    """``model``, a data-parallel replica over the trainers' group, its gradients SUM-reduced.
+
+    Every trainer builds its replica from the same seeded (or resumed) weights, so DDP's initial
+    broadcast is skipped (``init_sync=False``): the replicas are equal by construction, as the
+    equivalence tests check. ``fuse`` lets the system's extra gradients ride in the last bucket.
+    """
+    replica = DistributedDataParallel(model, init_sync=False, forward_sync_buffers=False)
+    replica.register_comm_hook(None, fuse.hook if fuse is not None else ddp_hook())
+    return replica
 
 
 @torch.no_grad()

@@ -1,10 +1,10 @@
 """FAE's trainer role: a replica of the hot rows in its "fast" memory, over plain
 :class:`~bagpipe.paramserver.EmbeddingServer` shards (the "CPU" master copy).
 
-* **Hot step**: lookups go to the trainer's replica (global id -> hot slot); the hot rows'
-  gradients are all-reduced together with the dense gradients (one flat SUM all-reduce of the
-  whole replica's gradient, as data-parallel replicas of FAE's hot table reduce theirs), then
-  every trainer applies the same SGD step to its replica. No embedding traffic.
+* **Hot step**: lookups go to the trainer's replica (global id -> hot slot); the whole replica's
+  gradient rides in the dense part's last DDP bucket (one SUM all-reduce, as data-parallel
+  replicas of FAE's hot table reduce theirs), then every trainer applies the same SGD step to its
+  replica. No embedding traffic.
 * **Cold step**: rows are pulled from the servers and their gradients pushed back (the servers
   apply SGD), as in ``sync_ps``.
 * **Swaps**: cold -> hot copies the hot rows from the servers into every replica; hot -> cold
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from bagpipe.core import collectives, runtime
+from bagpipe.core import runtime
 from bagpipe.core.interface import TrainerSpec
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
 from bagpipe.core.roles import Rendezvous, RoleRef
@@ -37,6 +37,8 @@ __all__ = ["FaeTrainer"]
 class FaeTrainer(ParameterServerTrainer):
     """One FAE trainer: dense replica, hot-row replica, and the cold path to the servers."""
 
+    fuses_rows = True  # a hot step sums the replica's gradient with the dense one
+
     def __init__(
         self, rank: int, group: Rendezvous, servers: list[RoleRef], spec: TrainerSpec
     ) -> None:
@@ -48,7 +50,7 @@ class FaeTrainer(ParameterServerTrainer):
         self.slot_of = torch.full((schema.total_rows,), -1, dtype=torch.int64)
         self.replica = torch.empty(0, dim)
         self.mode = COLD
-        self.tables = ShardedTables(servers, runtime.current().role)
+        self.tables = ShardedTables(servers)
 
     def set_hot_rows(self, hot_ids: torch.Tensor) -> int:
         """Adopt the hot set (sorted global ids); allocate the replica. Returns its bytes."""
@@ -80,25 +82,26 @@ class FaeTrainer(ParameterServerTrainer):
     ) -> tuple[float, StepRecord]:
         """One step on this trainer's slice in the current mode (``ids``: global ``[b, F]``)."""
         meter = runtime.current().meter
-        runtime.charge(LinkKind.DATA, dense, ids, labels)
         keys, inverse = unique_rows(ids)
         if self.mode == HOT:
             slots = self.slot_of[keys]
             if bool((slots < 0).any()):
                 raise RuntimeError("fae: a hot step looked up a row outside the hot set")
             grads = forward_backward(
-                self.model,
+                self.ddp_model,
                 dense,
                 self.replica[slots],
                 inverse,
                 labels,
                 self.global_batch_size,
                 meter,
+                fuse=self.fuse,
+                extra=lambda row_grads: torch.zeros_like(self.replica).index_add_(
+                    0, slots, row_grads
+                ),
             )
-            replica_grad = torch.zeros_like(self.replica).index_add_(0, slots, grads.row_grads)
-            with meter.phase(Phase.SYNC):
-                params = [p.grad for p in self.model.parameters() if p.grad is not None]
-                collectives.allreduce([*params, replica_grad])
+            assert self.fuse is not None
+            replica_grad = self.fuse.take().view_as(self.replica)  # summed over the trainers
             with meter.phase(Phase.OPTIMIZER):
                 self.replica.add_(replica_grad, alpha=-self.optim.embedding_lr)
                 sgd_dense_(self.model, self.optim.dense_lr)
@@ -106,12 +109,9 @@ class FaeTrainer(ParameterServerTrainer):
             with meter.phase(Phase.FETCH_WAIT):
                 rows = self.tables.pull(keys)
             grads = forward_backward(
-                self.model, dense, rows, inverse, labels, self.global_batch_size, meter
+                self.ddp_model, dense, rows, inverse, labels, self.global_batch_size, meter,
+                fuse=self.fuse,
             )
-            with meter.phase(Phase.SYNC):
-                collectives.allreduce(
-                    [p.grad for p in self.model.parameters() if p.grad is not None]
-                )
             with meter.phase(Phase.OPTIMIZER):
                 sgd_dense_(self.model, self.optim.dense_lr)
                 wait_acks(

@@ -13,13 +13,15 @@ shards; starting, driving and closing the roles is
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from bagpipe.core.batch import Batch, global_ids
-from bagpipe.core.interface import ModelState, PhaseInfo, StepResult
+from bagpipe.core.interface import ModelState, PhaseInfo, StepResult, cache_budget_rows
+from bagpipe.core.meter import LinkKind
 from bagpipe.core.source import BatchSource
 from bagpipe.models import table_dim
 from bagpipe.paramserver import EmbeddingServer, ParameterServerSystem, gather_rows, split_tables
@@ -38,6 +40,8 @@ class FAE(ParameterServerSystem):
         num_servers: ``S`` embedding-server shards (the master copy of every row).
         sample_rate, hot_budget_bytes, threshold_mode, min_table_bytes, scheduler, initial_rate,
             window, repack, drop_last, seed: FAE's knobs, see :class:`FaeSettings`.
+        hot_budget_fraction: the hot replica's budget as a share of the dataset's rows (the rule
+            every caching system's budget follows; replaces ``hot_budget_bytes`` when given).
         epochs: how many passes over the re-packed data the source offers.
         cache_dir: where layouts are cached (default ``ctx.workdir / "fae_cache"``).
         step_timeout_s: how long the driver waits for one step before failing the run.
@@ -62,6 +66,7 @@ class FAE(ParameterServerSystem):
         repack: bool = FaeSettings.repack,
         drop_last: bool = FaeSettings.drop_last,
         seed: int = FaeSettings.seed,
+        hot_budget_fraction: float | None = None,
         epochs: int = 1,
         cache_dir: str | None = None,
         step_timeout_s: float = 300.0,
@@ -79,6 +84,7 @@ class FAE(ParameterServerSystem):
             drop_last=drop_last,
             seed=seed,
         )
+        self.hot_budget_fraction = hot_budget_fraction
         self.epochs = epochs
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self._source: FaeSource | None = None
@@ -93,6 +99,9 @@ class FAE(ParameterServerSystem):
         ctx, _ = self._require_setup()
         cache_dir = self.cache_dir or Path(ctx.workdir) / "fae_cache"
         dim = table_dim(ctx.model)
+        if self.hot_budget_fraction is not None:  # the shared budget: rows at this table width
+            rows = cache_budget_rows(ctx.schema, self.hot_budget_fraction)
+            self.settings = replace(self.settings, hot_budget_bytes=rows * dim * 4)
         layout, self._layout_from_cache = cached_layout(
             source, ctx.schema, dim, self.settings, cache_dir
         )
@@ -115,7 +124,7 @@ class FAE(ParameterServerSystem):
             self._swaps += 1
         result = self._collect(
             [
-                trainer.rpc_async().train_step(
+                trainer.rpc_async(kind=LinkKind.DATA).train_step(
                     part.dense_features, global_ids(part, ctx.schema), part.labels
                 )
                 for trainer, part in self._slices(batch)

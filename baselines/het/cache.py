@@ -29,9 +29,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
+from bagpipe.core.meter import LinkKind
 from baselines.het.policies import TablePolicies, make_policy
 
 __all__ = ["HetCache", "PullReply", "PullRequest", "PushBatch", "table_capacities"]
@@ -64,21 +66,34 @@ class PullRequest:
 
 @dataclass
 class PullReply:
-    """The server's answer: rows for ``positions`` (indices into the request's keys) only."""
+    """The server's answer: rows for ``positions`` (indices into the request's keys) only.
+
+    On the wire its rows count as ``emb_pull`` and its positions and versions as the metadata
+    column of the call (``emb_meta``).
+    """
 
     positions: torch.Tensor
     rows: torch.Tensor
     versions: torch.Tensor
+    wire_kinds: ClassVar[dict[str, str]] = {"rows": LinkKind.EMB_PULL}
 
 
 @dataclass
 class PushBatch:
-    """Deltas to add on the server (``W[k] += delta``, ``version[k] += count``), by trigger."""
+    """Deltas to add on the server (``W[k] += delta``, ``version[k] += count``), by trigger.
+
+    On the wire its deltas count as ``emb_push``, its keys and counts as metadata (``emb_meta``).
+    """
 
     keys: torch.Tensor
     deltas: torch.Tensor
     counts: torch.Tensor
     rows_by_trigger: dict[str, int] = field(default_factory=dict)
+    wire_kinds: ClassVar[dict[str, str]] = {"deltas": LinkKind.EMB_PUSH}
+
+    def part(self, positions: torch.Tensor) -> PushBatch:
+        """The keys at ``positions`` (e.g. one shard's), with their deltas and counts."""
+        return PushBatch(self.keys[positions], self.deltas[positions], self.counts[positions])
 
     @classmethod
     def concat(

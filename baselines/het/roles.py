@@ -1,17 +1,16 @@
 """HET's role processes: embedding-server shards with version clocks, and cache-holding trainers.
 
 Rows live on the ``S`` shards in the shared layout (:class:`~bagpipe.paramserver.ShardLayout`).
-Accounting follows ``bagpipe.core.runtime``: the sender sleeps
-on its link, the trainer counts both directions. HET's traffic has three columns:
+The wire counts and delays every message (``bagpipe.core.net.wire``); HET's traffic has three
+Meter columns:
 
 * ``emb_pull``: row values the server sends (``rows`` counts them);
 * ``emb_push``: deltas the trainer pushes;
-* ``emb_meta`` (:data:`META`): keys and versions of every read (sent even when every key hits, as
-  HET's client does), positions and versions of the reply, keys and counts of every push.
+* ``emb_meta``: keys and versions of every read (sent even when every key hits, as HET's client
+  does), positions and versions of the reply, keys and counts of every push.
 
-The communication thread only sleeps on the links; the step's own thread counts the bytes, when a
-request or push is sent and when a reply is installed, so each step's record holds what that step
-sent and received, however late the background work runs.
+The communication thread sends and receives, so a step's record holds the traffic that crossed
+while it ran; a background pull for the next step lands in the step that sent it.
 
 Trainer step (mode ``asp``, HET's default; the pull for step ``i+1`` runs on the trainer's one
 communication thread while step ``i`` computes, and is answered before step ``i``'s push)::
@@ -27,11 +26,11 @@ from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from bagpipe.core import collectives, runtime
+from bagpipe.core import runtime
 from bagpipe.core.interface import TrainerSpec
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
 from bagpipe.core.roles import Rendezvous, RoleRef
@@ -41,10 +40,21 @@ from bagpipe.training.step import forward_backward, sgd_dense_, unique_rows
 from baselines.het.cache import HetCache, PullReply, PullRequest, PushBatch, table_capacities
 from baselines.het.clocks import VersionedRows
 
-__all__ = ["META", "HetServerShard", "HetSettings", "HetTrainer"]
+__all__ = ["HetServerShard", "HetSettings", "HetTrainer", "NextSlice"]
 
-META = "emb_meta"
 MODES = ("asp", "bsp")
+
+
+@dataclass(frozen=True)
+class NextSlice:
+    """The ids of a trainer's slice of the next batch, sent ahead for HET's prefetch.
+
+    A trainer reads them from its own data ahead of time on the target cluster, and reads them
+    again as its batch a step later: they are not data traffic (``control``, never counted).
+    """
+
+    ids: torch.Tensor
+    wire_kinds: ClassVar[dict[str, str]] = {"ids": LinkKind.CONTROL}
 
 
 @dataclass(frozen=True)
@@ -80,21 +90,17 @@ class HetServerShard(EmbeddingServer):
         super().__init__(*args, **kwargs)
         self.store = VersionedRows(self.rows)
 
-    def pull(
-        self, ids: torch.Tensor, local_versions: torch.Tensor, bound: int, dst: str
-    ) -> PullReply:
+    def pull(self, ids: torch.Tensor, local_versions: torch.Tensor, bound: int) -> PullReply:
         """HET's bounded-staleness read of global ``ids`` (the rows are sent only where stale)."""
         local = self.local_index(ids)
         with self.lock:
-            reply = self.store.pull(local, local_versions, bound)
-        runtime.delay(dst, reply.positions, reply.versions, reply.rows)
-        return reply
+            return self.store.pull(local, local_versions, bound)
 
-    def push(self, ids: torch.Tensor, deltas: torch.Tensor, counts: torch.Tensor) -> None:
-        """Add the deltas of global ``ids`` and advance their clocks by ``counts``."""
-        local = self.local_index(ids)
+    def push(self, push: PushBatch) -> None:
+        """Add the deltas of the push's global keys and advance their clocks by its counts."""
+        local = self.local_index(push.keys)
         with self.lock:
-            self.store.push(local, deltas, counts)
+            self.store.push(local, push.deltas, push.counts)
 
     def staleness_hist(self) -> torch.Tensor:
         with self.lock:
@@ -132,11 +138,10 @@ class HetTrainer(ParameterServerTrainer):
         futures = []
         for s, positions in enumerate(where):
             keys, versions = request.keys[positions], request.local_versions[positions]
-            runtime.delay(self.server_roles[s], keys, versions)
             futures.append(
                 self.servers[s]
-                .rpc_async()
-                .pull(keys, versions, self.settings.bound, runtime.current().role)
+                .rpc_async(kind=LinkKind.EMB_META)
+                .pull(keys, versions, self.settings.bound)
             )
         parts = [f.wait() for f in futures]
         return PullReply(
@@ -148,32 +153,23 @@ class HetTrainer(ParameterServerTrainer):
     def _push(self, push: PushBatch) -> None:
         if not len(push.keys):
             return
-        futures = []
-        for s, mine in enumerate(self.layout.split(push.keys)):
-            if not len(mine):
-                continue
-            keys, deltas, counts = push.keys[mine], push.deltas[mine], push.counts[mine]
-            runtime.delay(self.server_roles[s], deltas)  # two messages: the deltas, then keys + counts
-            runtime.delay(self.server_roles[s], keys, counts)
-            futures.append(self.servers[s].rpc_async().push(keys, deltas, counts))
+        futures = [
+            self.servers[s].rpc_async(kind=LinkKind.EMB_META).push(push.part(mine))
+            for s, mine in enumerate(self.layout.split(push.keys))
+            if len(mine)
+        ]
         for future in futures:
             future.wait()
 
-    # -- the step's side of the channel: sends, installs, and their bytes ------------------
+    # -- the step's side of the channel ----------------------------------------------------
 
     def _send_pull(self, request: PullRequest) -> Future[PullReply]:
-        runtime.charge(META, request.keys, request.local_versions)
         return self._channel.submit(self._pull, request)
 
     def _install(self, request: PullRequest, reply: Future[PullReply]) -> torch.Tensor:
-        answer = reply.result()
-        runtime.charge(META, answer.positions, answer.versions)
-        runtime.charge(LinkKind.EMB_PULL, answer.rows, rows=len(answer.rows))
-        return self.cache.install(request, answer)
+        return self.cache.install(request, reply.result())
 
     def _send_push(self, push: PushBatch) -> Future[None]:
-        runtime.charge(META, push.keys, push.counts)
-        runtime.charge(LinkKind.EMB_PUSH, push.deltas, rows=len(push.keys))
         return self._channel.submit(self._push, push)
 
     # -- one step --------------------------------------------------------------------------
@@ -197,22 +193,19 @@ class HetTrainer(ParameterServerTrainer):
         dense: torch.Tensor,
         ids: torch.Tensor,
         labels: torch.Tensor,
-        next_ids: torch.Tensor | None,
+        ahead: NextSlice | None,
     ) -> tuple[float, StepRecord]:
         """One step on this trainer's slice (``ids`` are global row ids ``[b, F]``)."""
         meter = runtime.current().meter
-        runtime.charge(LinkKind.DATA, dense, ids, labels)
         keys, inverse = unique_rows(ids)
         misses_before, lookups_before = self.cache.stats["misses"], self.cache.stats["lookups"]
         values = self._read(keys)
-        if next_ids is not None and self.settings.mode == "asp" and self.settings.prefetch:
-            request = self.cache.request(torch.unique(next_ids))
+        if ahead is not None and self.settings.mode == "asp" and self.settings.prefetch:
+            request = self.cache.request(torch.unique(ahead.ids))
             self._prefetched = (request, self._send_pull(request))
         grads = forward_backward(
-            self.model, dense, values, inverse, labels, self.global_batch_size, meter
+            self.ddp_model, dense, values, inverse, labels, self.global_batch_size, meter
         )
-        with meter.phase(Phase.SYNC):
-            collectives.allreduce([p.grad for p in self.model.parameters() if p.grad is not None])
         with meter.phase(Phase.OPTIMIZER):
             sgd_dense_(self.model, self.optim.dense_lr)
             push = self.cache.update(keys, -self.optim.embedding_lr * grads.row_grads)

@@ -17,8 +17,9 @@ import torch
 
 from bagpipe.core.batch import Batch, global_ids, split_batch
 from bagpipe.core.interface import ModelState, StepResult
+from bagpipe.core.meter import LinkKind
 from bagpipe.paramserver import ParameterServerSystem, gather_rows, split_tables
-from baselines.het.roles import HetServerShard, HetSettings, HetTrainer
+from baselines.het.roles import HetServerShard, HetSettings, HetTrainer, NextSlice
 
 __all__ = ["HET"]
 
@@ -60,18 +61,25 @@ class HET(ParameterServerSystem):
             bound, policy, cache_fraction, cache_rows_per_table, mode, prefetch
         )
 
+    def reads_ahead(self) -> int:
+        """The next batch, whose ids the trainers prefetch (mode ``asp`` with prefetch)."""
+        return 1 if self.settings.mode == "asp" and self.settings.prefetch else 0
+
     def _trainer_args(self) -> tuple[HetSettings]:
         return (self.settings,)
 
     def train_step(self, step: int, batch: Batch) -> StepResult:
         ctx, _ = self._require_setup()
-        next_ids: list[torch.Tensor | None] = [None] * self.num_trainers
+        next_ids: list[NextSlice | None] = [None] * self.num_trainers
         if self.settings.mode == "asp" and self.settings.prefetch:
             upcoming = ctx.source[(step + 1) % len(ctx.source)]  # the runner wraps around too
-            next_ids = [global_ids(s, ctx.schema) for s in split_batch(upcoming, self.num_trainers)]
+            next_ids = [
+                NextSlice(global_ids(s, ctx.schema))
+                for s in split_batch(upcoming, self.num_trainers)
+            ]
         return self._collect(
             [
-                trainer.rpc_async().train_step(
+                trainer.rpc_async(kind=LinkKind.DATA).train_step(
                     part.dense_features, global_ids(part, ctx.schema), part.labels, ahead
                 )
                 for (trainer, part), ahead in zip(self._slices(batch), next_ids, strict=True)

@@ -23,7 +23,6 @@ from typing import Any
 import torch
 from torch.futures import Future
 
-from bagpipe.core import runtime
 from bagpipe.core.meter import LinkKind
 from bagpipe.core.roles import RoleRef
 from bagpipe.paramserver import EmbeddingServer, ShardedTables
@@ -58,10 +57,10 @@ class StepOrderedServer(EmbeddingServer):
                 raise ValueError(f"server_{self.shard}: trainer {rank} pushed step {step} twice")
             pushes[rank] = (local, grads, lr)
 
-    def fetch_rows_at(self, step: int, ids: torch.Tensor, dst: str) -> torch.Tensor:
+    def fetch_rows_at(self, step: int, ids: torch.Tensor) -> torch.Tensor:
         """Rows of global ``ids`` as step ``step`` must see them: every earlier step applied."""
         self._apply_before(step)
-        return self.fetch_rows(ids, dst)
+        return self.fetch_rows(ids)
 
     def state(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(global ids, rows)`` with every buffered step applied (the driver asks between steps)."""
@@ -99,30 +98,30 @@ class StepOrderedServer(EmbeddingServer):
 class StepOrderedTables(ShardedTables):
     """The trainer-side client of :class:`StepOrderedServer` shards (pulls and pushes carry the step).
 
-    Charges and link delays are those of :class:`ShardedTables`'s ``pull``/``push_gradients``.
+    The calls carry the same tensors as :class:`ShardedTables`'s ``pull``/``push_gradients``
+    (the step and rank are plain arguments), so they cost and count the same.
     """
 
-    def __init__(self, servers: list[RoleRef], caller: str, rank: int) -> None:
-        super().__init__(servers, caller)
+    def __init__(self, servers: list[RoleRef], rank: int) -> None:
+        super().__init__(servers)
         self.rank = rank
 
     def pull_at(self, step: int, ids: torch.Tensor) -> torch.Tensor:
-        """Rows of global ``ids`` for step ``step`` (``[len(ids), dim]``), charged as EMB_PULL."""
+        """Rows of global ``ids`` for step ``step`` (``[len(ids), dim]``), counted as EMB_PULL."""
         split = self._split(ids)
-        requests = [(s, [ids[pos]]) for s, pos in split]
-        self._send(LinkKind.EMB_PULL, requests, rows=0)
         futures = [
-            self.servers[s].rpc_async().fetch_rows_at(step, part[0], self.caller)
-            for s, part in requests
+            self.servers[s].rpc_async(kind=LinkKind.EMB_PULL).fetch_rows_at(step, ids[pos])
+            for s, pos in split
         ]
-        replies = torch.futures.wait_all(futures)
-        runtime.charge(LinkKind.EMB_PULL, *replies, rows=int(ids.numel()))
-        return self._scatter(ids, split, replies)
+        return self._scatter(ids, split, torch.futures.wait_all(futures))
 
     def push_at(self, step: int, ids: torch.Tensor, grads: torch.Tensor, lr: float) -> Future:
         """Send step ``step``'s gradients of ``ids`` to their shards; completes on every ack."""
-        parts = [(s, [ids[pos], grads[pos]]) for s, pos in self._split(ids)]
-        self._send(LinkKind.EMB_PUSH, parts, rows=int(ids.numel()))
         return torch.futures.collect_all(
-            [self.servers[s].rpc_async().push_at(step, self.rank, i, g, lr) for s, (i, g) in parts]
+            [
+                self.servers[s].rpc_async(kind=LinkKind.EMB_PUSH).push_at(
+                    step, self.rank, ids[pos], grads[pos], lr
+                )
+                for s, pos in self._split(ids)
+            ]
         )

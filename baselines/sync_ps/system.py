@@ -21,6 +21,7 @@ from typing import Any
 
 from bagpipe.core.batch import Batch, ids_matrix
 from bagpipe.core.interface import ModelState, StepResult
+from bagpipe.core.meter import LinkKind
 from bagpipe.paramserver import ParameterServerSystem, gather_tables
 from baselines.sync_ps.server import StepOrderedServer
 from baselines.sync_ps.trainer import SyncPSTrainer
@@ -46,7 +47,7 @@ class SyncPS(ParameterServerSystem):
     def train_step(self, step: int, batch: Batch) -> StepResult:
         return self._collect(
             [
-                trainer.rpc_async().train_step(
+                trainer.rpc_async(kind=LinkKind.DATA).train_step(
                     step, part.dense_features, ids_matrix(part), part.labels
                 )
                 for trainer, part in self._slices(batch)

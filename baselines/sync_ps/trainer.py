@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from bagpipe.core import collectives, runtime
+from bagpipe.core import runtime
 from bagpipe.core.interface import TrainerSpec
-from bagpipe.core.meter import LinkKind, Phase, StepRecord
+from bagpipe.core.meter import Phase, StepRecord
 from bagpipe.core.roles import Rendezvous, RoleRef
 from bagpipe.paramserver import ParameterServerTrainer, wait_acks
 from bagpipe.training.step import forward_backward, sgd_dense_, unique_rows
@@ -18,10 +18,9 @@ class SyncPSTrainer(ParameterServerTrainer):
 
     One step (everything on the critical path, nothing overlapped, nothing cached)::
 
-        pull unique rows of the slice   (FETCH_WAIT: request + reply on the links to the shards)
-        forward / backward              (FORWARD, BACKWARD)
+        pull unique rows of the slice   (FETCH_WAIT: request + reply to the shards)
+        forward / backward              (FORWARD, BACKWARD: DDP sums the dense gradients)
         push row gradients to shards    (SYNC: the shards sum them over trainers, in rank order)
-        all-reduce dense gradients      (SYNC: gloo SUM over the trainers)
         wait for every push ack         (SYNC: the next pull must see every trainer's update)
         SGD on the dense replica        (OPTIMIZER)
     """
@@ -30,7 +29,7 @@ class SyncPSTrainer(ParameterServerTrainer):
         self, rank: int, group: Rendezvous, servers: list[RoleRef], spec: TrainerSpec
     ) -> None:
         super().__init__(rank, group, servers, spec)
-        self.tables = StepOrderedTables(servers, runtime.current().role, rank)
+        self.tables = StepOrderedTables(servers, rank)
         self.offsets = spec.schema.table_offsets
 
     def train_step(
@@ -42,25 +41,17 @@ class SyncPSTrainer(ParameterServerTrainer):
         each step's gradients as one sum in rank order (``server.py``).
         """
         meter = runtime.current().meter
-        runtime.charge(LinkKind.DATA, dense, ids, labels)  # its own input: counted, not delayed
         with meter.phase(Phase.FETCH_WAIT):
             unique_ids, inverse = unique_rows(ids + self.offsets)
             rows = self.tables.pull_at(step, unique_ids)
         grads = forward_backward(
-            self.model, dense, rows, inverse, labels, self.global_batch_size, meter
+            self.ddp_model, dense, rows, inverse, labels, self.global_batch_size, meter
         )
         with meter.phase(Phase.SYNC):
-            pushed = self.tables.push_at(step, unique_ids, grads.row_grads, self.optim.embedding_lr)
-            collectives.allreduce(self._dense_grads())
-            wait_acks(pushed)
+            wait_acks(
+                self.tables.push_at(step, unique_ids, grads.row_grads, self.optim.embedding_lr)
+            )
         with meter.phase(Phase.OPTIMIZER):
             sgd_dense_(self.model, self.optim.dense_lr)
         meter.count("unique_rows", float(unique_ids.numel()))
         return grads.loss, meter.end_step()
-
-    def _dense_grads(self) -> list[torch.Tensor]:
-        """Every dense parameter's gradient (zeros where a parameter got none), in a fixed order."""
-        for param in self.model.parameters():
-            if param.grad is None:
-                param.grad = torch.zeros_like(param)
-        return [param.grad for param in self.model.parameters() if param.grad is not None]

@@ -1,7 +1,7 @@
 """TorchRec sharding baseline: ``DistributedModelParallel`` over the trainers (system ``torchrec``).
 
 * ``plan.py``: the sharding plan (manual helpers or TorchRec's planner, CPU row-wise sharder);
-* ``traffic.py``: all-to-all bytes per step, exactly, from the plan and the batch;
+* ``layout.py``: all-to-all bytes per step, exactly, from the plan and the batch;
 * ``trainer.py``: one trainer role (DMP, optimizers, gradient scaling, shards);
 * ``system.py``: the driver, :class:`TorchRecSharding`.
 """

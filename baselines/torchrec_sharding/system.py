@@ -22,6 +22,7 @@ import torch
 
 from bagpipe.core.batch import Batch, split_batch
 from bagpipe.core.interface import ModelState, StepResult, System, TrainContext
+from bagpipe.core.meter import LinkKind
 from bagpipe.core.roles import Deployment
 from bagpipe.core.runtime import merge_trainer_records
 from bagpipe.core.source import BatchSource
@@ -55,7 +56,7 @@ class TorchRecSharding(System):
         num_trainers: int = 2,
         sharding: str = "auto",
         kernel: str = "auto",
-        use_pipeline: bool = False,
+        use_pipeline: bool = True,
         planner: bool = False,
         min_partition: int | None = None,
         step_timeout_s: float = 300.0,
@@ -74,6 +75,10 @@ class TorchRecSharding(System):
         self._sent_until = 0  # batches [0, _sent_until) have been sent to the trainers
         self._ahead: deque[Batch] = deque()  # sent ahead (pipeline), not yet trained
 
+    def reads_ahead(self) -> int:
+        """The batches ``TrainPipelineSparseDist`` holds beyond the current one."""
+        return PIPELINE_DEPTH if self.use_pipeline else 0
+
     def setup(self, ctx: TrainContext) -> None:
         if ctx.global_batch_size % self.num_trainers:
             raise ValueError(
@@ -90,7 +95,7 @@ class TorchRecSharding(System):
         self._next_step = self._sent_until = first_step
         self._ahead.clear()
         roles = [f"trainer_{k}" for k in range(self.num_trainers)]
-        self._deployment = Deployment(roles, link=ctx.link)
+        self._deployment = Deployment(roles, network=ctx.network)
         spec = ctx.trainer_spec()
         try:
             group = self._deployment.new_group("trainers", self.num_trainers)
@@ -119,7 +124,7 @@ class TorchRecSharding(System):
             for rank, piece in enumerate(split_batch(global_batch, self.num_trainers)):
                 per_rank[rank].append(piece)
         futures = [
-            trainer.rpc_async().train_step(step, pieces)
+            trainer.rpc_async(kind=LinkKind.DATA).train_step(step, pieces)
             for trainer, pieces in zip(self._trainers, per_rank, strict=True)
         ]
         results = deployment.wait(futures, timeout_s=self.step_timeout_s)

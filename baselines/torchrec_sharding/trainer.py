@@ -1,7 +1,10 @@
 """One TorchRec trainer: its shards of the tables (via ``DistributedModelParallel``) and a dense replica.
 
 Built in its own process by the driver (``Deployment.remote``); the T trainers form one gloo group
-(NCCL when CUDA is available) in which TorchRec runs its all-to-alls and DDP its all-reduce.
+(NCCL when CUDA is available) in which TorchRec runs its all-to-alls and DDP its all-reduce. Both go
+through the wire like every other system's traffic: TorchRec's collectives are routed there
+(``collectives.wire_torch_collectives``) and DDP's buckets by its comm hook, so the bytes counted
+are the tensors really sent, and under ``netns`` the kernel carries them between the hosts.
 
 **Gradient scaling (why the result equals ``local``).** ``local`` steps with the gradient of the
 mean BCE over the global batch ``B_g``, i.e. the SUM over trainers of ``g_r = grad(bce_sum_r / B_g)``.
@@ -16,6 +19,7 @@ get the ``local`` gradient; the reported loss is ``sum_r bce_sum_r / B_g``.
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
@@ -23,9 +27,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import Optimizer
 from torchrec.distributed import comm_ops
-from torchrec.distributed.model_parallel import DistributedModelParallel
+from torchrec.distributed.model_parallel import (
+    DefaultDataParallelWrapper,
+    DistributedModelParallel,
+)
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 from torchrec.distributed.types import ShardingEnv, ShardingPlan
 from torchrec.modules.embedding_configs import PoolingType
@@ -36,13 +44,17 @@ from torchrec.optim.optimizers import in_backward_optimizer_filter
 from torchrec.sparse.jagged_tensor import KeyedTensor
 
 from bagpipe.core import collectives, runtime
-from bagpipe.core.batch import Batch, ids_matrix
+from bagpipe.core.batch import Batch
 from bagpipe.core.interface import TrainerSpec
-from bagpipe.core.meter import LinkKind, Phase, StepRecord
+from bagpipe.core.meter import Phase, StepRecord
 from bagpipe.core.roles import Rendezvous
 from bagpipe.models import RecModel, table_dim
 from bagpipe.training.start import start_dense_model, start_tables
 from bagpipe.training.step import bce_loss_sum
+from baselines.torchrec_sharding.layout import (
+    rank_load,
+    table_layouts,
+)
 from baselines.torchrec_sharding.plan import (
     FlexibleEBCSharder,
     ShardingKnobs,
@@ -50,15 +62,37 @@ from baselines.torchrec_sharding.plan import (
     manual_plan,
     planner_plan,
 )
-from baselines.torchrec_sharding.traffic import (
-    FLOAT_BYTES,
-    rank_load,
-    step_exchanges,
-    table_layouts,
-)
 
 EBC_PATH = "ebc"
 PIPELINE_PHASE = "train_pipeline"  # the pipeline runs a whole step in one call
+
+# TorchRec 1.9.2 itself calls torch APIs that torch has since deprecated (DDP's
+# ``broadcast_buffers``, ``all_gather_into_tensor``, ``reduce_scatter_tensor``): each notice points
+# into TorchRec, changes nothing, and would print in every trainer, so those notices alone are off.
+for _notice in (
+    r"`broadcast_buffers` is deprecated",
+    r"`torch\.distributed\.all_gather_into_tensor` is deprecated",
+    r"`torch\.distributed\.reduce_scatter_tensor` is deprecated",
+):
+    warnings.filterwarnings("ignore", message=_notice, category=FutureWarning)
+
+
+class WiredDataParallel(DefaultDataParallelWrapper):
+    """TorchRec's DDP for the unsharded part, its buckets all-reduced through the wire.
+
+    Averaged, as TorchRec's own DDP does: the gradient scaling above is built on that mean. The
+    initial broadcast from rank 0 is skipped, as for every system's replicas
+    (``bagpipe.training.step.replicate_dense``): every rank loads the same seeded weights.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(ddp_kwargs={"init_sync": False})
+
+    def wrap(self, dmp: DistributedModelParallel, env: ShardingEnv, device: torch.device) -> None:
+        super().wrap(dmp, env, device)
+        wrapped = dmp._dmp_wrapped_module
+        if isinstance(wrapped, DistributedDataParallel):
+            wrapped.register_comm_hook(None, collectives.ddp_hook(average=True))
 
 
 class ShardedRecModel(nn.Module):
@@ -112,6 +146,7 @@ class TorchRecTrainer:
         self.spec = spec
         self.knobs = knobs
         collectives.join_group(group, rank)
+        collectives.wire_torch_collectives()  # TorchRec's all-to-alls go through the wire
         comm_ops.set_gradient_division(True)
         self.device = _device_for(rank, self.world)
         # TorchRec's collectives: NCCL among GPUs, else the trainers' gloo group itself.
@@ -158,12 +193,12 @@ class TorchRecTrainer:
             env=ShardingEnv.from_process_group(self.group),
             plan=ShardingPlan({EBC_PATH: module_plan}),
             sharders=[sharder],
+            data_parallel_wrapper=WiredDataParallel(),
         )
         shapes = {c.name: (c.num_embeddings, c.embedding_dim) for c in configs}
         self.layouts = table_layouts(module_plan, shapes, spec.schema.table_names, self.world)
         self._load_tables(start_tables(spec.schema, dim, spec.seed, start))
         self.optimizer = self._build_optimizer()
-        self._allreduce_bytes = self._replicated_grad_bytes()
 
         self._pipeline: TrainPipelineSparseDist | None = None
         self._received: deque[Batch] = deque()
@@ -212,17 +247,6 @@ class TorchRecTrainer:
                 )
         return CombinedOptimizer(optimizers)
 
-    def _replicated_grad_bytes(self) -> int:
-        """Bytes DDP all-reduces per step: dense parameters plus data-parallel tables (none in a
-        group of one, which moves nothing; as ``collectives.allreduce`` charges)."""
-        if self.world == 1:
-            return 0
-        total = sum(p.numel() * p.element_size() for p in self.dense.parameters())
-        for layout in self.layouts:
-            if layout.sharding_type == "data_parallel":
-                total += layout.rows * layout.dim * FLOAT_BYTES
-        return total
-
     # ----------------------------------------------------------------------------- training
     def train_step(self, step: int, slices: list[Batch]) -> tuple[float, StepRecord]:
         """Train on this rank's slice of global batch ``step``; return ``(bce_sum, record)``.
@@ -235,17 +259,10 @@ class TorchRecTrainer:
             raise ValueError(f"trainer_{self.rank}: got step {step}, expected {self._next_step}")
         self._next_step += 1
         meter = runtime.current().meter
-        for piece in slices:
-            kjt = piece.sparse_features
-            runtime.charge(
-                LinkKind.DATA, piece.dense_features, kjt.values(), kjt.lengths(), piece.labels
-            )
         self._received.extend(slices)
         if not self._received:
             raise ValueError(f"trainer_{self.rank}: no data for step {step}")
         batch = self._received.popleft()
-        with meter.phase(Phase.SYNC):
-            self._charge_exchanges(batch)
         if self._pipeline is None:
             with meter.phase(Phase.FORWARD):
                 loss, (bce_sum, _) = self.dmp(batch.to(self.device))
@@ -258,37 +275,7 @@ class TorchRecTrainer:
             # One call runs input dist of the next batch, forward, backward and the update.
             with meter.phase(PIPELINE_PHASE):
                 bce_sum, _ = self._pipeline.progress(iter(list(slices)))
-        meter.add_traffic(LinkKind.ALLREDUCE, self._allreduce_bytes)
-        with meter.phase(Phase.SYNC):
-            runtime.current().network.allreduce(self._allreduce_bytes, self.world)
         return float(bce_sum), meter.end_step()
-
-    def _charge_exchanges(self, batch: Batch) -> None:
-        """Count this rank's all-to-all sends for ``batch`` and hold it for their link time.
-
-        TorchRec's collectives run inside DMP's forward/backward; their emulated time is spent
-        here, in one place, as ``sync``. On CPU each of those collectives blocks the step anyway,
-        so where the hold sits does not change the iteration time. Not modelled: the GPU-stream
-        overlap of ``TrainPipelineSparseDist`` (the next batch's input dist during this compute);
-        on CPU the pipeline has no streams and that overlap does not exist either.
-        """
-        kjt = batch.sparse_features
-        exchanges = step_exchanges(
-            self.layouts,
-            self.rank,
-            self.world,
-            ids_matrix(batch),
-            kjt.values().element_size(),
-            kjt.lengths().element_size(),
-        )
-        rt = runtime.current()
-        for exchange in exchanges:
-            rt.meter.add_traffic(LinkKind.ALLTOALL, exchange.total_bytes)
-            # Chunks to different peers travel on different links at once: the round lasts as
-            # long as its largest chunk.
-            if exchange.bytes_to:
-                peer, size = max(exchange.bytes_to.items(), key=lambda item: item[1])
-                rt.network.send(f"trainer_{peer}", size)
 
     # ----------------------------------------------------------------------------- state
     def table_pieces(self) -> dict[str, list[tuple[tuple[int, int], torch.Tensor]]]:

@@ -8,7 +8,6 @@ import torch
 from bagpipe.core import runtime
 from bagpipe.core.batch import DatasetSchema, global_ids, split_batch
 from bagpipe.core.interface import TrainContext
-from bagpipe.core.link import LinkConfig
 from bagpipe.core.meter import LinkKind, StepRecord
 from bagpipe.core.registry import load_system
 from bagpipe.models import build_dense_model, initial_tables, table_dim
@@ -92,7 +91,7 @@ def _pushes(seed: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
 
 
 def _server() -> StepOrderedServer:
-    runtime.init("server_0", LinkConfig(enabled=False))
+    runtime.init("server_0")
     return StepOrderedServer(0, 1, SCHEMA, 4, seed=3)
 
 
@@ -120,18 +119,18 @@ def test_server_reads_of_a_step_see_earlier_steps_only() -> None:
     """A fast trainer's step-1 push must not reach a slow trainer's step-1 read."""
     server = _server()
     ids = torch.tensor([0, 2, 4, 6])
-    start = server.fetch_rows_at(0, ids, "trainer_0")
+    start = server.fetch_rows_at(0, ids)
     step0, step1 = _pushes(seed=5), _pushes(seed=6)
     for rank in (1, 0):
         server.push_at(0, rank, *step0[rank], 0.5)
-    assert torch.equal(server.fetch_rows_at(0, ids, "trainer_0"), start)  # step 0: not yet applied
+    assert torch.equal(server.fetch_rows_at(0, ids), start)  # step 0: not yet applied
     server.push_at(1, 0, *step1[0], 0.5)  # trainer 0 ran ahead into step 1
-    after_step0 = server.fetch_rows_at(1, ids, "trainer_1")
+    after_step0 = server.fetch_rows_at(1, ids)
     assert not torch.equal(after_step0, start)
-    assert torch.equal(server.fetch_rows_at(1, ids, "trainer_0"), after_step0)
+    assert torch.equal(server.fetch_rows_at(1, ids), after_step0)
     with pytest.raises(ValueError, match="trainer 0 pushed step 1 twice"):
         server.push_at(1, 0, *step1[0], 0.5)
     server.push_at(1, 1, *step1[1], 0.5)
-    assert not torch.equal(server.fetch_rows_at(2, ids, "trainer_0"), after_step0)
+    assert not torch.equal(server.fetch_rows_at(2, ids), after_step0)
     with pytest.raises(ValueError, match="step 1 arrived after step 1 was applied"):
         server.push_at(1, 1, *step1[1], 0.5)

@@ -21,7 +21,6 @@ from bagpipe.core.interface import (
     System,
     TrainContext,
 )
-from bagpipe.core.link import LinkConfig
 from bagpipe.core.meter import LinkKind, StepRecord
 from bagpipe.models import build_dense_model
 from bagpipe.training.local import LocalSystem
@@ -58,7 +57,6 @@ def _context(model: ModelConfig) -> TrainContext:
         global_batch_size=GLOBAL_BATCH,
         seed=3,
         source=TinySource(SCHEMA, GLOBAL_BATCH, STEPS, seed=1),
-        link=LinkConfig(enabled=False),
     )
 
 
@@ -119,16 +117,24 @@ def test_each_sharding_equals_local(sharding: str, kernel: str) -> None:
 def test_table_wise_alltoall_bytes_follow_the_formula() -> None:
     """TW, 4 tables round-robin on 2 ranks, B = 8 per rank, D = 8, int64 ids, int32 lengths.
 
-    Per rank and step: ids+lengths for its 2 remote tables ``2 * 8 * (8 + 4)``, pooled output of its
-    2 tables to the peer ``2 * 8 * 8 * 4``, gradients for the 2 remote tables ``2 * 8 * 8 * 4``.
+    Per rank and step, counted from the tensors TorchRec's collectives send: ids+lengths for its
+    2 remote tables ``2 * 8 * (8 + 4)``, pooled output of its 2 tables to the peer ``2 * 8 * 8 * 4``,
+    gradients for the 2 remote tables ``2 * 8 * 8 * 4``, and the splits TorchRec's KJT all-to-all
+    sends ahead of the ids (the lengths' and values' counts and the batch size, an int64 each:
+    ``3 * 8``), which a formula over the ids alone leaves out.
     """
-    run = _train(TorchRecSharding(2, sharding="table_wise"), DLRM)
-    per_rank = 2 * 8 * (8 + 4) + 2 * (2 * 8 * 8 * 4)
+    run = _train(TorchRecSharding(2, sharding="table_wise", use_pipeline=False), DLRM)
+    per_rank = 2 * 8 * (8 + 4) + 2 * (2 * 8 * 8 * 4) + 3 * 8
     dense_bytes = sum(p.numel() * 4 for p in build_dense_model(DLRM, SCHEMA, 3).parameters())
     for record in run.records:
         assert record.bytes_sent[str(LinkKind.ALLTOALL)] == 2 * per_rank
         assert record.bytes_sent[str(LinkKind.ALLREDUCE)] == 2 * dense_bytes
     assert run.stats["rows_per_rank"] == [100, 100]
+    # The pipeline sends a batch's ids a step early, so its steps differ; the run's bytes do not.
+    piped = _train(TorchRecSharding(2, sharding="table_wise", use_pipeline=True), DLRM)
+    assert sum(r.bytes_sent[str(LinkKind.ALLTOALL)] for r in piped.records) == (
+        len(run.records) * 2 * per_rank
+    )
 
 
 def test_one_rank_moves_no_bytes() -> None:

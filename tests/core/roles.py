@@ -8,6 +8,7 @@ import time
 import torch
 
 from bagpipe.core import collectives, runtime
+from bagpipe.core.meter import LinkKind
 from bagpipe.core.roles import Deployment, Rendezvous, RoleRef
 
 
@@ -67,3 +68,37 @@ def serve_from_env(env: dict[str, str], roles: list[str]) -> None:
     """A launcher-started rank: set the launcher's variables, then join as a role (never returns)."""
     os.environ.update(env)
     Deployment.from_env(roles)
+
+
+class Sink:
+    """A server-side role that takes what it is sent (for the NIC tests)."""
+
+    def absorb(self, payload: torch.Tensor) -> int:
+        return payload.numel()
+
+    def where(self) -> tuple[str, str]:
+        return runtime.current().role, os.readlink("/proc/self/ns/net")
+
+
+class Sharer:
+    """A trainer that all-reduces with its group, and can push to a sink at the same time."""
+
+    def __init__(self, spec: Rendezvous, rank: int) -> None:
+        collectives.join_group(spec, rank)
+
+    def allreduce_while_pushing(
+        self, elems: int, sink: RoleRef | None, push_elems: int
+    ) -> float:
+        """Seconds to all-reduce ``elems`` floats while (if ``sink``) ``push_elems`` go to it."""
+        start = time.perf_counter()
+        pushed = (
+            sink.rpc_async(kind=LinkKind.EMB_PUSH).absorb(torch.zeros(push_elems))
+            if sink is not None else None
+        )
+        collectives.allreduce(torch.zeros(elems))
+        if pushed is not None:
+            pushed.wait()
+        return time.perf_counter() - start
+
+    def where(self) -> tuple[str, str]:
+        return runtime.current().role, os.readlink("/proc/self/ns/net")

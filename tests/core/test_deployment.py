@@ -10,13 +10,10 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from bagpipe.core.link import LinkConfig
 from bagpipe.core.roles import Deployment, RoleFailedError
 from bagpipe.core.roles.spawn import free_port
 
 from .roles import Accumulator, serve_from_env
-
-NO_LINK = LinkConfig(enabled=False)
 
 
 def _alive(pid: int) -> bool:
@@ -33,7 +30,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_roles_serve_objects_call_each_other_and_exit_cleanly() -> None:
-    with Deployment(["alpha", "beta"], link=NO_LINK, threads_per_role=1) as deployment:
+    with Deployment(["alpha", "beta"], threads_per_role=1) as deployment:
         pids = deployment.pids()
         a = deployment.remote("alpha", Accumulator, 1.0)
         b = deployment.remote("beta", Accumulator, 10.0)
@@ -51,7 +48,7 @@ def test_roles_serve_objects_call_each_other_and_exit_cleanly() -> None:
 
 
 def test_killed_role_fails_the_wait_promptly_and_close_leaves_no_process() -> None:
-    deployment = Deployment(["trainer_0", "server_1"], link=NO_LINK)
+    deployment = Deployment(["trainer_0", "server_1"])
     try:
         pids = deployment.pids()
         trainer = deployment.remote("trainer_0", Accumulator, 0.0)
@@ -68,7 +65,7 @@ def test_killed_role_fails_the_wait_promptly_and_close_leaves_no_process() -> No
 
 
 def test_background_thread_failure_is_reported_with_its_traceback() -> None:
-    with Deployment(["worker"], link=NO_LINK) as deployment:
+    with Deployment(["worker"]) as deployment:
         pid = deployment.pid("worker")
         worker = deployment.remote("worker", Accumulator, 0.0)
         with pytest.raises(RoleFailedError, match=r"worker failed(.|\n)*ZeroDivisionError"):
@@ -80,7 +77,7 @@ def test_background_thread_failure_is_reported_with_its_traceback() -> None:
 def test_a_death_just_after_a_peers_report_is_named_as_the_cause() -> None:
     # A SIGKILLed role's sockets close a few ms before it is reaped, so its peers' reports of
     # broken calls can come first; a report is held back briefly for the death that caused it.
-    deployment = Deployment(["trainer_0", "server_1"], link=NO_LINK)
+    deployment = Deployment(["trainer_0", "server_1"])
     try:
         trainer = deployment.remote("trainer_0", Accumulator, 0.0)
         deployment.remote("server_1", Accumulator, 0.0)
@@ -109,7 +106,7 @@ def test_ranks_started_by_a_launcher_serve_roles_until_the_driver_closes(
     try:
         for key, value in {**env, "RANK": "0"}.items():
             monkeypatch.setenv(key, value)
-        with Deployment.from_env(["worker"], link=NO_LINK) as deployment:
+        with Deployment.from_env(["worker"]) as deployment:
             worker = deployment.remote("worker", Accumulator, 2.0)
             role, pid, _ = deployment.wait(worker.rpc_async().where(), timeout_s=60)
             assert (role, pid) == ("worker", rank_1.pid)

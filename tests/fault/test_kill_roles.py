@@ -17,7 +17,6 @@ import pytest
 from bagpipe.core.batch import DatasetSchema
 from bagpipe.core.checkpoint import CheckpointStore, state_digest
 from bagpipe.core.interface import ModelState, OptimConfig, System, TrainContext
-from bagpipe.core.link import LinkConfig
 from bagpipe.harness.run.faults import KillRoles
 from bagpipe.harness.run.recovery import run_with_recovery
 from bagpipe.harness.run.runner import RunConfig, run_training
@@ -40,7 +39,6 @@ def _context() -> TrainContext:
         global_batch_size=BATCH,
         seed=3,
         source=TinySource(SCHEMA, BATCH, STEPS, seed=3),
-        link=LinkConfig(enabled=False),
     )
 
 

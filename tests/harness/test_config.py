@@ -14,10 +14,10 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from bagpipe.core.interface import OptimConfig
-from bagpipe.core.link import LinkConfig
+from bagpipe.core.net import Nic, Topology
 from bagpipe.core.registry import registered_systems
 from bagpipe.harness.run.schema import register_configs
-from bagpipe.harness.run.train import SUITES_DIR
+from bagpipe.harness.run.train import SUITES_DIR, optional_tags, run_params
 from bagpipe.models import paper_config
 
 
@@ -33,9 +33,11 @@ def test_default_config_builds_the_local_system():
     system = instantiate(cfg.system, _convert_="all")
     assert type(system).__name__ == "LocalSystem"
     assert cfg.model.bottom_mlp[-1] == cfg.model.embedding_dim
-    assert OmegaConf.to_container(cfg.link) == {
-        "bandwidth_gbps": 10.0, "latency_us": 50.0, "enabled": True
+    assert OmegaConf.to_container(cfg.network, enum_to_str=True) == {
+        "backend": "auto", "dilation": 1.0
     }
+    assert cfg.topology.name == "paper-8xV100"
+    assert cfg.topology.server_nic.egress_gbps == 25.0
 
 
 @pytest.mark.parametrize(
@@ -47,8 +49,9 @@ def test_default_config_builds_the_local_system():
         ("dataset.kind=parquet", "synthetic, criteo_tsv"),
         ("model=dlrn", "Available options"),           # unknown group option
         ("system.cache_rows=5", "cache_rows"),         # a knob the local system does not take
-        ("link.bandwidth=5", "link.bandwidth"),        # the schemas derived from LinkConfig...
-        ("link.latency_us=low", "link.latency_us"),
+        ("network.backend=ns3", "auto, netns, model, real"),   # the network back-ends
+        ("topology.trainer_nic.egress=5", "egress"),   # the schemas derived from Topology...
+        ("topology.server_nic.latency_us=low", "topology.server_nic.latency_us"),
         ("optim.dense_lr=fast", "optim.dense_lr"),     # ... and OptimConfig
     ],
 )
@@ -60,12 +63,15 @@ def test_bad_values_fail_at_composition_naming_the_key(override: str, expected: 
     assert expected in message
 
 
-def test_link_and_optim_schemas_follow_their_dataclasses():
-    """Every field of LinkConfig and OptimConfig is a config key, with the dataclass's default."""
-    cfg = compose("config", overrides=["link.latency_us=7"])
-    for group, cls in (("link", LinkConfig), ("optim", OptimConfig)):
-        assert set(cfg[group]) == {f.name for f in dataclasses.fields(cls)}
-    assert LinkConfig(**OmegaConf.to_container(cfg.link)) == LinkConfig(latency_us=7.0)
+def test_topology_and_optim_schemas_follow_their_dataclasses():
+    """Every field of Topology (its NICs too) and OptimConfig is a config key, and a composed
+    topology is the one its file describes, overrides included."""
+    cfg = compose("config", overrides=["topology.server_nic.latency_us=7"])
+    for group, cls in (("topology", Topology), ("optim", OptimConfig), ("topology.trainer_nic", Nic)):
+        assert set(OmegaConf.select(cfg, group)) == {f.name for f in dataclasses.fields(cls)}
+    topology = Topology.from_dict(OmegaConf.to_container(cfg.topology, resolve=True))
+    paper = Topology.load(SUITES_DIR / "topology" / "paper.yaml")
+    assert topology == dataclasses.replace(paper, server_nic=Nic(25.0, 25.0, 7.0))
 
 
 @pytest.mark.parametrize("model", ["dlrm", "wdl", "deepfm", "dcn"])
@@ -134,3 +140,16 @@ def test_ablation_suite_runs_the_full_design_and_each_single_ablation():
     }
     with pytest.raises(ConfigCompositionException, match=r"system\.prefetch"):
         compose("config", overrides=["system=bagpipe", "system.prefetch=sometimes"])
+
+
+def test_params_name_the_system_and_leave_hydra_keys_out() -> None:
+    cfg = OmegaConf.create({"system": {"_target_": "baselines.sync_ps.system.SyncPS",
+                                       "num_servers": 2}, "seed": 0})
+    params = run_params(cfg, {"system": "sync_ps"})
+    assert params == {"system": "sync_ps", "system.num_servers": "2", "seed": "0"}
+
+
+def test_cluster_and_dilation_tags_only_where_the_config_has_them() -> None:
+    assert optional_tags(OmegaConf.create({"seed": 0})) == {}
+    described = OmegaConf.create({"topology": {"name": "paper"}, "network": {"dilation": 4.0}})
+    assert optional_tags(described) == {"cluster": "paper", "dilation": "4.0"}

@@ -1,25 +1,22 @@
-"""The cost model: hand-computed link times, overlap rules, cluster files, and -- the point of it --
-predictions from a link-off run within 15% of the iteration time measured under the link model.
+"""The cost model: hand-computed flow times, overlap rules, topology files, and -- the point of it --
+predictions from a network-off run within 15% of the iteration time measured on the emulated
+network.
 
-The validation runs each networked system once with the link model off (its compute time and its
-exact bytes) and once per bandwidth; the bandwidths are low enough that wire time is most of an
-iteration, so the check tests the byte accounting and the overlap rules rather than CPU noise.
-Every system with a network is validated: ``sync_ps``, ``bagpipe``, ``het``, ``fae`` (with a hot
-set small enough that the measured window holds hot steps, cold steps and swaps both ways) and
+The validation runs each networked system once with nothing emulated (its compute time and its
+exact bytes) and once per bandwidth on the ``model`` back-end (NICs shared max-min fairly by
+concurrent transfers); the bandwidths are low enough that wire time is most of an iteration, so
+the check tests the byte accounting and the overlap rules rather than CPU noise. Every system with
+a network is validated with the same two shards: ``sync_ps``, ``bagpipe``, ``het``, ``fae`` (with a
+hot set small enough that the measured window holds hot steps, cold steps and swaps both ways) and
 ``torchrec`` (its default planner, which shards these tables table-wise: three all-to-all rounds a
 step).
 
-What the model cannot see, and why measured steps run a few percent over it: each emulated transfer
-is a sleep, and on a loaded host a trainer waking from one waits for a core (a few ms per transfer
-that the link-off run does not pay); and the Meter sums bytes over trainers, so the model spreads
-them evenly over trainers and shards while a step waits for the busiest. With ~140 rows per
-trainer-step, FAE's busier shard serves ~7% more than half of a trainer's rows (measured on this
-data), which alone puts FAE's steps a few percent over the prediction. At scale both effects
-vanish (thousands of rows per step; no sleeps on a real network). And FAE's ``h2d`` column holds
-swaps in both directions, which move differently (every trainer fetches the hot rows; trainer 0
-alone writes them back); the rule prices the column as one serial stream, which is close for 2
-trainers and 2 shards, as here, but not for few shards and many trainers (see the rule in
-``SYSTEM_RULES``).
+What the model cannot see, and why measured steps run a few percent over it: each emulated message
+is a wait, and on a loaded host a trainer waking from one waits for a core (a few ms per message
+that the network-off run does not pay); and the Meter sums bytes over trainers, so the model
+spreads them evenly over trainers and shards while a step waits for the busiest. The model also
+serialises every flow that crosses a trainer's NIC; where trainers' background traffic interleaves
+on a shared server NIC in both directions at once, reality is a little faster than that.
 """
 
 from __future__ import annotations
@@ -33,13 +30,8 @@ import pytest
 
 from bagpipe.core.batch import DatasetSchema
 from bagpipe.core.interface import OptimConfig, System, TrainContext
-from bagpipe.core.link import LinkConfig
-from bagpipe.harness.report.costmodel import (
-    SYSTEM_RULES,
-    Topology,
-    Workload,
-    predict,
-)
+from bagpipe.core.net import Compute, NetworkConfig, Nic, Topology
+from bagpipe.harness.report.costmodel import SYSTEM_RULES, Workload, predict
 from bagpipe.harness.run.runner import RunConfig, RunResult, run_training
 from bagpipe.models import table_dim
 from tests.conftest import TINY_MODEL, TinySource
@@ -60,24 +52,25 @@ def _workload(system: str, **kwargs: object) -> Workload:
 
 
 def test_local_is_its_compute_time() -> None:
-    cluster = Topology.link_model(0.001, 50, trainers=2, servers=2)
-    assert predict(_workload("local"), cluster).iter_s == pytest.approx(0.010)
+    topology = Topology.uniform(0.001, 50, trainers=2, servers=2)
+    assert predict(_workload("local"), topology).iter_s == pytest.approx(0.010)
 
 
 def test_sync_ps_puts_every_byte_on_the_critical_path() -> None:
-    # 2 trainers, 2 shards, 1 Gbps, 100 us: each trainer pulls 1e6 B (5e5 per shard link).
+    # 2 trainers, 2 shards, 1 Gbps NICs, 100 us: each trainer pulls 1e6 B through its own NIC,
+    # and each shard's NIC serves half of both trainers' pulls: 1e6 B as well.
     work = _workload(
         "sync_ps", bytes_per_iter={"emb_pull": 2e6, "emb_push": 2e6, "allreduce": 4e5}
     )
-    got = predict(work, Topology.link_model(1.0, 100, trainers=2, servers=2))
-    pull = 2 * 100e-6 + 5e5 * 8 / 1e9
-    push = 100e-6 + 5e5 * 8 / 1e9
+    got = predict(work, Topology.uniform(1.0, 100, trainers=2, servers=2))
+    pull = 2 * 100e-6 + 1e6 * 8 / 1e9
+    push = 100e-6 + 1e6 * 8 / 1e9
     ring = 2 * 100e-6 + 2 * 2e5 * 8 / 2 / 1e9  # 2(T-1) steps of bytes/T, per trainer 2e5 B
     assert got.iter_s == pytest.approx(0.010 + pull + push + ring)
     assert got.lanes_s == {}
 
 
-def test_bagpipe_sync_later_overlaps_compute_but_queues_on_the_ring() -> None:
+def test_bagpipe_sync_later_overlaps_compute_but_queues_on_the_nic() -> None:
     # 1000 sync-later rows of 64 B per trainer; the rest of the all-reduce is sync-now + dense.
     later_bytes = 1000 * 64
     work = _workload(
@@ -85,10 +78,10 @@ def test_bagpipe_sync_later_overlaps_compute_but_queues_on_the_ring() -> None:
         bytes_per_iter={"allreduce": 2 * (later_bytes + 32_000)},
         counters={"rows_sync_later": 1000.0},
     )
-    cluster = Topology.link_model(0.01, 0, trainers=2, servers=2)
+    topology = Topology.uniform(0.01, 0, trainers=2, servers=2)
     now_s = 32_000 * 8 / 0.01e9  # ring of 2: one step of bytes/2 twice = bytes on the wire
     later_s = later_bytes * 8 / 0.01e9
-    got = predict(work, cluster)
+    got = predict(work, topology)
     assert got.critical_s == pytest.approx(0.010 + now_s)
     assert got.lanes_s["sync_later"] == pytest.approx(later_s + now_s)
     assert got.iter_s == pytest.approx(now_s + max(0.010, later_s))
@@ -97,9 +90,9 @@ def test_bagpipe_sync_later_overlaps_compute_but_queues_on_the_ring() -> None:
 def test_bagpipe_rounds_only_cost_when_they_fall_behind() -> None:
     slow = _workload("bagpipe", bytes_per_iter={"emb_pull": 2e6}, knobs={"cleanup_interval": 4})
     fast = dataclasses.replace(slow, bytes_per_iter={"emb_pull": 2e4})
-    cluster = Topology.link_model(0.1, 50, trainers=2, servers=2)
-    assert predict(fast, cluster).iter_s == pytest.approx(0.010)
-    behind = predict(slow, cluster)
+    topology = Topology.uniform(0.1, 50, trainers=2, servers=2)
+    assert predict(fast, topology).iter_s == pytest.approx(0.010)
+    behind = predict(slow, topology)
     assert behind.iter_s == pytest.approx(behind.lanes_s["rounds"]) and behind.iter_s > 0.010
 
 
@@ -108,44 +101,48 @@ def test_fae_pulls_from_every_shard_at_once_through_the_shared_client() -> None:
     # (the shared parameter-server client, as sync_ps's) asks every shard at once.
     work = _workload("fae", bytes_per_iter={"emb_pull": 1000 * (64 + 8)},
                      counters={"rows_emb_pull": 1000.0})
-    got = predict(work, Topology.link_model(0.01, 100, trainers=2, servers=2))
-    pull = 2 * 100e-6 + 250 * (64 + 8) * 8 / 0.01e9  # request + reply; a quarter on each link
+    got = predict(work, Topology.uniform(0.01, 100, trainers=2, servers=2))
+    pull = 2 * 100e-6 + 500 * (64 + 8) * 8 / 0.01e9  # request + reply; half the rows per trainer
     assert got.flows_s["emb_pull:critical"] == pytest.approx(pull)
     assert got.iter_s == pytest.approx(0.010 + pull)
 
 
 def test_torchrec_pays_one_latency_per_all_to_all_round() -> None:
     work = _workload("torchrec", bytes_per_iter={"alltoall": 2e4}, trainers=4)
-    got = predict(work, Topology.link_model(0.01, 100, trainers=4, servers=1))
-    # Each trainer sends 5e3 B, a third to each of 3 peers on their own links, in 3 rounds.
-    assert got.iter_s == pytest.approx(0.010 + 3 * 100e-6 + 5e3 / 3 * 8 / 0.01e9)
+    got = predict(work, Topology.uniform(0.01, 100, trainers=4, servers=1))
+    # Each trainer sends 5e3 B to its 3 peers through its one NIC, in 3 rounds.
+    assert got.iter_s == pytest.approx(0.010 + 3 * 100e-6 + 5e3 * 8 / 0.01e9)
 
 
 def test_shared_nics_charge_the_server_for_every_trainer() -> None:
     work = _workload("sync_ps", bytes_per_iter={"emb_pull": 8e6}, trainers=8, servers=1)
-    nics = Topology(trainers=8, servers=1, trainer_gbps=10, server_gbps=25, latency_us=0,
-                   per_destination_links=False)
+    nics = Topology(trainers=8, servers=1, trainer_nic=Nic(10, 10, 0), server_nic=Nic(25, 25, 0))
     # Each trainer pulls 1e6 B; the one server sends 8e6 B through its 25 Gbps NIC.
     assert predict(work, nics).iter_s == pytest.approx(0.010 + 8e6 * 8 / 25e9)
 
 
 def test_projection_uses_the_gpu_compute_estimate() -> None:
     work = _workload("local", dense_params=1_000_000, batch_size=64)
-    gpu = Topology(trainers=8, gpu_peak_tflops=10.0, gpu_efficiency=0.5, gpu_overhead_ms=1.0,
-                  batch_size=16384)
+    gpu = Topology(trainers=8, compute=Compute("gpu", peak_tflops=10.0, efficiency=0.5,
+                                               overhead_ms=1.0), batch_size=16384)
     want = 6 * 1e6 * 16384 / 8 / 5e12 + 1e-3
     assert predict(work, gpu).iter_s == pytest.approx(want)
 
 
-def test_cluster_files_load_and_bad_keys_name_the_file(tmp_path: Path) -> None:
+def test_topology_files_load_and_bad_keys_name_the_file(tmp_path: Path) -> None:
     paper = Topology.load(ROOT / "suites" / "topology" / "paper.yaml")
-    assert (paper.trainers, paper.trainer_gbps, paper.server_gbps) == (8, 10.0, 25.0)
+    assert (paper.trainers, paper.trainer_nic.egress_gbps, paper.server_nic.egress_gbps) == (
+        8, 10.0, 25.0
+    )
     bad = tmp_path / "bad.yaml"
     bad.write_text("trainers: 8\ntrainer_gbit: 10\n")
     with pytest.raises(ValueError, match=r"bad\.yaml.*trainer_gbit"):
         Topology.load(bad)
     bad.write_text("trainers: 0\n")
-    with pytest.raises(ValueError, match=r"bad\.yaml.*cluster\.trainers"):
+    with pytest.raises(ValueError, match=r"bad\.yaml.*topology\.trainers"):
+        Topology.load(bad)
+    bad.write_text("server_nic: {egress_gbps: 0}\n")
+    with pytest.raises(ValueError, match=r"bad\.yaml.*egress_gbps"):
         Topology.load(bad)
 
 
@@ -154,7 +151,7 @@ def test_unknown_system_is_named() -> None:
         predict(_workload("nope"), Topology())
 
 
-# ---------------------------------------------------------------------------- against the link model
+# ---------------------------------------------------------------------------- against the emulation
 
 SCHEMA = DatasetSchema(
     name="costmodel", num_dense=3, table_sizes=(400, 3000, 120, 5000),
@@ -208,7 +205,7 @@ def _system(name: str) -> tuple[System, int, dict[str, float]]:
     if name == "het":
         from baselines.het.system import HET
 
-        return HET(num_trainers=2, num_servers=1), 1, {}
+        return HET(num_trainers=2, num_servers=2), 2, {}
     if name == "fae":
         from baselines.fae import FAE
 
@@ -221,12 +218,12 @@ def _system(name: str) -> tuple[System, int, dict[str, float]]:
 def _run(name: str, bandwidth_gbps: float | None,
          workdir: Path = Path(".")) -> tuple[RunResult, int, dict[str, float]]:
     system, servers, knobs = _system(name)
-    link = LinkConfig(bandwidth_gbps=bandwidth_gbps or 1.0, latency_us=LATENCY_US,
-                      enabled=bandwidth_gbps is not None)
+    topology = Topology.uniform(bandwidth_gbps or 10.0, LATENCY_US, trainers=2, servers=servers)
+    network = NetworkConfig("model" if bandwidth_gbps is not None else "real", topology)
     ctx = TrainContext(
         schema=SCHEMA, model=MODEL, optim=OptimConfig(embedding_lr=0.1, dense_lr=0.1),
         global_batch_size=BATCH, seed=0, source=TinySource(SCHEMA, BATCH, STEPS, seed=0),
-        link=link, workdir=workdir,
+        network=network, workdir=workdir,
     )
     plan = VALIDATIONS[name]
     result = run_training(system, ctx, TinySource(SCHEMA, BATCH, 1, seed=9),
@@ -237,7 +234,7 @@ def _run(name: str, bandwidth_gbps: float | None,
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", list(VALIDATIONS))
-def test_prediction_from_a_link_off_run_within_15_percent(name: str, tmp_path: Path) -> None:
+def test_prediction_from_a_network_off_run_within_15_percent(name: str, tmp_path: Path) -> None:
     base, servers, knobs = _run(name, None, tmp_path)
     workload = Workload.from_steps(
         name, base.steps[VALIDATIONS[name].warmup:], base.summary["iter_time_mean_s"], trainers=2,
@@ -250,8 +247,8 @@ def test_prediction_from_a_link_off_run_within_15_percent(name: str, tmp_path: P
     errors = {}
     for bandwidth in VALIDATIONS[name].bandwidths_gbps:
         measured = _run(name, bandwidth, tmp_path)[0].summary["iter_time_mean_s"]
-        cluster = Topology.link_model(bandwidth, LATENCY_US, trainers=2, servers=servers)
-        predicted = predict(workload, cluster)
+        topology = Topology.uniform(bandwidth, LATENCY_US, trainers=2, servers=servers)
+        predicted = predict(workload, topology)
         # Wire time must dominate, or the check would only measure CPU noise.
         assert predicted.network_share > 0.5, (name, bandwidth, predicted)
         errors[bandwidth] = (measured, predicted.iter_s, (predicted.iter_s - measured) / measured)

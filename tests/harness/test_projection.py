@@ -7,7 +7,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from bagpipe.harness.report.costmodel import Topology, predict
+from bagpipe.core.net import Topology
+from bagpipe.harness.report.costmodel import predict
 from bagpipe.harness.report.projection import dense_params, project, speedups, workload
 from bagpipe.harness.track.record import RunRecord
 from bagpipe.models import ModelConfig, build_dense_model
@@ -47,8 +48,7 @@ def test_a_record_becomes_its_measured_window_as_a_workload() -> None:
 
 
 def test_speedups_are_ratios_of_projected_times() -> None:
-    cluster = Topology(name="c", trainers=4, servers=2, trainer_gbps=1.0, server_gbps=1.0,
-                      per_destination_links=False)
+    cluster = Topology.uniform(1.0, trainers=4, servers=2, name="c")
     records = [_record("sync_ps", 1e6), _record("bagpipe", 1e4)]
     frame = project(records, [cluster])
     count = dense_params(PARAMS)

@@ -7,7 +7,6 @@ import torch
 
 from bagpipe.core import runtime
 from bagpipe.core.batch import DatasetSchema
-from bagpipe.core.link import LinkConfig
 from bagpipe.models import initial_tables
 from bagpipe.paramserver import EmbeddingServer, ShardLayout, gather_tables
 
@@ -19,7 +18,7 @@ DIM, SEED, SHARDS = 3, 11, 3
 
 @pytest.fixture
 def servers() -> list[EmbeddingServer]:
-    runtime.init("server", LinkConfig(enabled=False))
+    runtime.init("server")
     return [EmbeddingServer(s, SHARDS, SCHEMA, DIM, SEED) for s in range(SHARDS)]
 
 
@@ -49,17 +48,17 @@ def test_fetch_sgd_with_duplicates_and_write(servers: list[EmbeddingServer]) -> 
     flat = _flat_initial()
     server = servers[1]
     ids = torch.tensor([7, 1, 7])
-    assert torch.equal(server.fetch_rows(ids, "trainer_0"), flat[ids])
+    assert torch.equal(server.fetch_rows(ids), flat[ids])
     grads = torch.ones(3, DIM)
     server.apply_gradients(ids, grads, lr=0.5)
     want = flat.clone()
     want[7] -= 1.0  # two gradients of row 7, summed
     want[1] -= 0.5
-    assert torch.allclose(server.fetch_rows(torch.tensor([7, 1]), "trainer_0"), want[[7, 1]])
+    assert torch.allclose(server.fetch_rows(torch.tensor([7, 1])), want[[7, 1]])
     server.write_rows(torch.tensor([4]), torch.full((1, DIM), 2.0))
-    assert torch.equal(server.fetch_rows(torch.tensor([4]), "t"), torch.full((1, DIM), 2.0))
+    assert torch.equal(server.fetch_rows(torch.tensor([4])), torch.full((1, DIM), 2.0))
 
 
 def test_ids_of_another_shard_are_refused(servers: list[EmbeddingServer]) -> None:
     with pytest.raises(ValueError, match="server_0: asked for ids stored on other shards"):
-        servers[0].fetch_rows(torch.tensor([0, 1]), "trainer_0")
+        servers[0].fetch_rows(torch.tensor([0, 1]))

@@ -4,12 +4,13 @@
 launcher's environment; how to use it: ``deployment``); :class:`RoleRef` calls an object living in
 a role's process; :class:`Rendezvous` is where the members of one collective group meet.
 
-Modules, one job each: ``deployment`` (the public handle), ``spawn`` (starting role processes and
-joining the RPC world), ``watch`` (liveness), ``failures`` (which role failed and why),
-``rendezvous`` (collective groups' stores), ``roleref`` (remote objects).
+Modules, one job each: ``deployment`` (the public handle), ``spawn`` (starting role processes,
+joining and leaving the RPC world), ``watch`` (liveness), ``failures`` (which role failed and why),
+``rendezvous`` (collective groups' stores, barriers), ``roleref`` (remote objects), ``quiet``
+(TensorPipe's notices about connections closing, dropped while a world is left).
 """
 
-from bagpipe.core.roles.deployment import Deployment
+from bagpipe.core.roles.deployment import Deployment, last_network_report
 from bagpipe.core.roles.failures import RoleFailedError
 from bagpipe.core.roles.rendezvous import Rendezvous
 from bagpipe.core.roles.roleref import RoleRef, construct
@@ -23,5 +24,6 @@ __all__ = [
     "RoleFailedError",
     "RoleRef",
     "construct",
+    "last_network_report",
     "serve_role",
 ]

@@ -3,14 +3,21 @@
 A :class:`Deployment` is a set of named role processes (``trainer_0``, ``server_1``, ``oracle``, ...)
 joined with the current process (the **driver**, RPC name ``"driver"``, rank 0) in one
 ``torch.distributed.rpc`` world (TensorPipe). Every process gets a :mod:`bagpipe.core.runtime`
-(role name, Meter, emulated network) and ``torch.set_num_threads(threads_per_role)``, so a few roles
-share a small machine without oversubscribing it.
+(role name, Meter, its end of the wire) and ``torch.set_num_threads(threads_per_role)``, so a few
+roles share a small machine without oversubscribing it.
+
+**The network** (``network=NetworkConfig(...)``, ``bagpipe.core.net``): the deployment places every
+role on its host of the topology and builds the back-end for them: with ``netns`` each host is a
+network namespace with shaped NICs and every role process lives in its host's namespace, talking
+to the others over real TCP between host addresses; with ``model`` the roles share one NIC model;
+with ``real`` nothing is emulated. The driver is not a host: it reaches the roles on an unshaped
+control path.
 
 Use it like this (the driver is usually a ``System``'s ``setup``/``train_step``)::
 
     from bagpipe.core.roles import Deployment
 
-    with Deployment(["server_0", "server_1", "trainer_0", "trainer_1"], link=ctx.link) as deployment:
+    with Deployment(["server_0", "trainer_0", "trainer_1"], network=ctx.network) as deployment:
         servers = [deployment.remote(f"server_{s}", EmbeddingServer, s, 2, ...) for s in range(2)]
         group = deployment.new_group("trainers", world_size=2)       # gloo rendezvous, see below
         trainers = [deployment.remote(f"trainer_{k}", MyTrainer, k, group, servers) for k in range(2)]
@@ -35,10 +42,12 @@ Rules of the road:
   (gloo). The rendezvous store lives in the driver, so this works across machines too. A process
   may join only one group (it becomes its default process group): e.g. the trainers' group.
 * **Shutdown** (:meth:`close`, or leaving the ``with`` block): when every role is alive, each is
-  asked to stop and leaves the RPC world; then the driver leaves, and any role process still
-  running is terminated, then killed. Nothing is left running, even after a failure. Close only
-  when no call is in flight (wait for your futures first); a later Deployment in the same driver
-  process works (refs of a closed Deployment are dead).
+  asked to stop, all processes leave the RPC world together (``spawn.leave_rpc_world``: nothing
+  is printed about the connections that close) and the roles exit on their own. After a failure
+  the driver leaves alone and ends the roles. Any role process still running is then terminated,
+  then killed, with a warning when a healthy role had to be ended. Nothing is left running. Close
+  only when no call is in flight (wait for your futures first); a later Deployment in the same
+  driver process works (refs of a closed Deployment are dead).
 
 Deployment launchers (SLURM via submitit, ``torchrun``): start ``1 + len(roles)`` processes with
 ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` set, all running the same program,
@@ -49,8 +58,8 @@ which calls :meth:`Deployment.from_env` first thing::
 
 Rank ``r >= 1`` serves as ``roles[r - 1]`` until the driver closes the deployment, then exits the
 process; rank 0 returns the driver's Deployment. Liveness there is checked by heartbeat
-RPCs (there are no local child processes to watch) and the link model is usually off
-(``LinkConfig(enabled=False)``): the network is real.
+RPCs (there are no local child processes to watch), and addresses, ranks and the rendezvous come
+from the environment, as on real nodes. The back-end is usually ``real`` there: the network is.
 """
 
 from __future__ import annotations
@@ -61,6 +70,7 @@ import shutil
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -71,17 +81,23 @@ import torch.distributed.rpc as rpc
 from torch.futures import Future
 
 from bagpipe.core import runtime
-from bagpipe.core.link import LinkConfig
+from bagpipe.core.net.fairshare import SharedNics
+from bagpipe.core.net.netns import HostView, NamespaceHosts, Switch, netns_available
+from bagpipe.core.net.report import NetworkReport
+from bagpipe.core.net.topology import host_of
+from bagpipe.core.net.wire import NetworkConfig
 from bagpipe.core.roles import rendezvous, spawn
 from bagpipe.core.roles.failures import RoleFailedError
+from bagpipe.core.roles.quiet import departure_notices_dropped
 from bagpipe.core.roles.rendezvous import Rendezvous
 from bagpipe.core.roles.roleref import RoleRef, construct
 from bagpipe.core.roles.watch import POLL_S, Monitor
 from bagpipe.core.runtime import DRIVER
 
-__all__ = ["Deployment"]
+__all__ = ["Deployment", "last_network_report"]
 
 _STOP_S = 10.0  # roles asked to stop have this long to leave before they are terminated
+_DEPARTURE = "departure"  # the store every process of the world leaves the RPC world through
 
 
 class Deployment:
@@ -90,7 +106,7 @@ class Deployment:
     Args:
         roles: role names, one process each (ranks 1..N in this order). Must be unique and not
             ``"driver"``.
-        link: the emulated network every process sends on (``runtime.current().network``).
+        network: the run's network (back-end, topology, dilation); default: nothing emulated.
         threads_per_role: ``torch.set_num_threads`` in each role process.
         num_worker_threads: TensorPipe threads serving incoming RPCs per process. A role method
             that blocks (waiting on a barrier, a collective) holds one, so keep headroom.
@@ -100,7 +116,7 @@ class Deployment:
     def __init__(
         self,
         roles: Sequence[str],
-        link: LinkConfig | None = None,
+        network: NetworkConfig | None = None,
         threads_per_role: int = 1,
         num_worker_threads: int = 16,
         rpc_timeout_s: float = 300.0,
@@ -110,15 +126,17 @@ class Deployment:
         self.roles = tuple(roles)
         if len(set(self.roles)) != len(self.roles) or DRIVER in self.roles:
             raise ValueError(f"deployment roles must be unique and not {DRIVER!r}: {self.roles}")
-        self.link = link or LinkConfig()
+        self.network = network or NetworkConfig()
+        self._hosts: NamespaceHosts | None = None
         self._options = spawn.WorldOptions(
-            self.link, threads_per_role, num_worker_threads, rpc_timeout_s
+            self.network, threads_per_role, num_worker_threads, rpc_timeout_s,
+            nics=self._shared_nics() if not _attach_env else None,
         )
         self._closed = False
         self._rpc_up = False
         self._stores: dict[str, dist.TCPStore] = {}
         self._children = spawn.LocalRoles()
-        self._host = os.environ["MASTER_ADDR"] if _attach_env else spawn.LOCALHOST
+        self._host = os.environ["MASTER_ADDR"] if _attach_env else rendezvous.LOCALHOST
         # where roles spawned here report failures; roles attached from a launcher have none
         self._error_dir = None if _attach_env else Path(tempfile.mkdtemp(prefix="bagpipe-roles-"))
         self._monitor = Monitor(self.roles, self._children.exit_codes, self._error_dir)
@@ -130,7 +148,7 @@ class Deployment:
     # ----------------------------------------------------------------------------- start-up
     @classmethod
     def from_env(
-        cls, roles: Sequence[str], link: LinkConfig | None = None, **kwargs: Any
+        cls, roles: Sequence[str], network: NetworkConfig | None = None, **kwargs: Any
     ) -> Deployment:
         """Join a world started by SLURM/submitit/torchrun (``RANK``, ``WORLD_SIZE``, ``MASTER_*``).
 
@@ -149,18 +167,24 @@ class Deployment:
                 f"Deployment.from_env: WORLD_SIZE={world_size} but {len(roles)} roles + the driver"
             )
         if rank == 0:
-            return cls(roles, link, _attach_env=True, **kwargs)
+            return cls(roles, network, _attach_env=True, **kwargs)
         args = spawn.RoleArgs(
             role=roles[rank - 1],
             rank=rank,
             world_size=world_size,
             init_method=init_method,
-            options=spawn.WorldOptions(link or LinkConfig(), **kwargs),
+            options=spawn.WorldOptions(network or NetworkConfig(), **kwargs),
             error_dir=None,
             parent_pid=None,
         )
         spawn.serve_role(args)
         raise AssertionError("serve_role returns only by exiting the process")
+
+    def _shared_nics(self) -> SharedNics | None:
+        """The ``model`` back-end's NICs, shared with the roles as they are spawned."""
+        if self.network.backend != "model":
+            return None
+        return SharedNics(self.network.emulated.hosts(self.roles), spawn.role_context())
 
     def _role_args(self, role: str, rank: int, init_method: str) -> spawn.RoleArgs:
         return spawn.RoleArgs(
@@ -171,12 +195,32 @@ class Deployment:
             options=self._options,
             error_dir=str(self._error_dir) if self._error_dir else None,
             parent_pid=os.getpid(),
+            host=self._host_view(role),
+            ifname=self._ifname(role),
         )
 
+    def _host_view(self, role: str) -> HostView | None:
+        """The host a locally spawned role enters (``netns`` back-end only)."""
+        if self._hosts is None or role == DRIVER:
+            return None
+        return self._hosts.view(host_of(role, self.network.emulated.servers))
+
+    def _ifname(self, role: str) -> str | None:
+        """The interface a process talks on: its host's NIC, the loopback, or the launcher's."""
+        if self._error_dir is None:  # attached from a launcher: its environment decides
+            return None
+        if role == DRIVER:
+            return _driver_address()[1]
+        return self._hosts.host_ifname if self._hosts is not None else "lo"
+
     def _spawn(self) -> None:
-        spawn.use_loopback()
-        init_method = f"tcp://{spawn.LOCALHOST}:{spawn.free_port()}"
         try:
+            self._host, driver_ifname = _driver_address()
+            spawn.use_interface(driver_ifname)
+            if self.network.backend == "netns":
+                self._hosts = NamespaceHosts(self.network.emulated.hosts(self.roles))
+                self._hosts.start()
+            init_method = f"tcp://{self._host}:{spawn.free_port(self._host)}"
             self._children.start(
                 [
                     self._role_args(role, rank, init_method)
@@ -196,7 +240,7 @@ class Deployment:
     def _init_driver_rpc(self, args: spawn.RoleArgs) -> None:
         """``init_rpc`` in a helper thread, so a role dying during start-up fails fast, no hang."""
         torch.set_num_threads(max(1, torch.get_num_threads()))
-        runtime.init(DRIVER, self.link, self._error_dir)
+        runtime.init(DRIVER, self.network, self._error_dir)
         spawn.reset_rpc_bookkeeping()
         outcome: list[BaseException | None] = []
 
@@ -298,31 +342,77 @@ class Deployment:
     def pids(self) -> dict[str, int]:
         return self._children.pids()
 
+    def network_report(self) -> NetworkReport:
+        """What crossed every host's NIC so far: the roles' ledgers, and under ``netns`` the
+        kernel's counters (``bagpipe.core.net.report``)."""
+        ledgers = dict(
+            zip(
+                self.roles,
+                self.wait([rpc.rpc_async(role, spawn.role_ledger) for role in self.roles], _STOP_S),
+                strict=True,
+            )
+        )
+        servers = self.network.emulated.servers
+        return NetworkReport.build(
+            self.network.backend,
+            ledgers,
+            {role: host_of(role, servers) for role in self.roles},
+            self._hosts.counters() if self._hosts is not None else None,
+        )
+
     def close(self) -> None:
-        """Stop every role and end its process; then leave the RPC world (see ``serve_role``)."""
+        """Stop every role and end its process; then leave the RPC world (see ``serve_role``).
+
+        A healthy deployment first records its :meth:`network_report` (:func:`last_network_report`).
+        """
+        global _LAST_REPORT
         if self._closed:
             return
         self._closed = True
         healthy = self.failure is None
+        if healthy and self._rpc_up:
+            with contextlib.suppress(Exception):
+                _LAST_REPORT = self.network_report()
         self._monitor.stop()
         if self._rpc_up:
             self._rpc_up = False
             if healthy:
-                self._stop_roles()
-            with contextlib.suppress(Exception):
-                rpc.shutdown(graceful=False)
-        self._children.end()
+                self._leave_together()
+            else:
+                with contextlib.suppress(Exception):
+                    rpc.shutdown(graceful=False)
+        ended = self._children.end()
+        if self._hosts is not None:
+            self._hosts.close()
+        if healthy and ended:
+            warnings.warn(f"roles {', '.join(ended)} did not exit after the deployment closed; "
+                          "they were terminated", RuntimeWarning, stacklevel=2)
         self._monitor.join()
         self._stores.clear()
         if self._error_dir is not None:
             shutil.rmtree(self._error_dir, ignore_errors=True)
 
-    def _stop_roles(self) -> None:
-        """Ask every role to leave the RPC world, and give local ones time to exit on their own."""
-        stops = [rpc.rpc_async(role, spawn.request_stop, timeout=_STOP_S) for role in self.roles]
-        for stop in stops:
-            with contextlib.suppress(Exception):
-                stop.wait()
+    def _leave_together(self) -> None:
+        """Ask every role to stop, leave the RPC world with all of them (``spawn.leave_rpc_world``),
+        and give local roles time to exit on their own.
+
+        The driver's window on its stderr opens first, and each role's opens before it answers the
+        stop request: by the time anyone closes a connection, every process's window is open.
+        """
+        store, departure = rendezvous.host(
+            _DEPARTURE, self._host, len(self.roles) + 1, self._options.rpc_timeout_s
+        )
+        self._stores[_DEPARTURE] = store  # kept until the roles are gone: they wait on it
+        with departure_notices_dropped():
+            stops = [rpc.rpc_async(role, spawn.request_stop, args=(departure,), timeout=_STOP_S)
+                     for role in self.roles]
+            try:
+                torch.futures.wait_all(stops)
+                spawn.leave_rpc_world(departure, _STOP_S, store)
+            except Exception:  # a role did not answer or arrive: leave alone, end the roles below
+                with contextlib.suppress(Exception):
+                    rpc.shutdown(graceful=False)
+                return
         self._children.join(wait_s=_STOP_S)
 
     def __enter__(self) -> Deployment:
@@ -330,6 +420,30 @@ class Deployment:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+_LAST_REPORT: NetworkReport | None = None
+
+
+def _driver_address() -> tuple[str, str]:
+    """The driver's address and interface for every deployment of this process.
+
+    TensorPipe reads the interface it listens on once per process, so it cannot follow one
+    deployment's network: where namespaces can be built, the driver always listens on its port of
+    the process's switch (roles on the loopback reach that address too); elsewhere on the
+    loopback.
+    """
+    if netns_available() is None:
+        switch = Switch.of_this_process()
+        return switch.driver_address, switch.driver_ifname
+    return rendezvous.LOCALHOST, "lo"
+
+
+def last_network_report() -> NetworkReport | None:
+    """The network report of the last deployment this process closed healthily, taken once."""
+    global _LAST_REPORT
+    report, _LAST_REPORT = _LAST_REPORT, None
+    return report
 
 
 def _env_init_method() -> str:

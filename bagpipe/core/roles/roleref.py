@@ -6,10 +6,15 @@ sends RRef calls to the roles of the first one. A ``RoleRef`` is just ``(role, o
 the object sits in a per-process table in its role's process and every call is a plain
 ``rpc_async(role, ...)``. The call syntax is RRef's::
 
-    server = deployment.remote("server_0", EmbeddingServer, ...)     # -> RoleRef
-    fut = server.rpc_async().fetch_rows(ids)                       # Future
-    rows = server.rpc_sync().fetch_rows(ids)                       # value
-    trainer = deployment.remote("trainer_0", Trainer, servers=[server])   # refs travel as arguments
+    server = deployment.remote("server_0", EmbeddingServer, ...)           # -> RoleRef
+    fut = server.rpc_async(kind=LinkKind.EMB_PULL).fetch_rows(ids)         # Future
+    rows = server.rpc_sync(kind=LinkKind.EMB_PULL).fetch_rows(ids)         # value
+    trainer = deployment.remote("trainer_0", Trainer, servers=[server])    # refs travel as arguments
+
+**Every call goes through the wire** (``bagpipe.core.net.wire``) on both ends: the caller's side
+counts and delays the request, the callee's side counts the request on arrival and counts and
+delays the reply. ``kind`` names the Meter column the call's tensors land in (``control`` when
+not given), so a system never counts or delays by hand, and cannot skip it.
 
 Objects live until their process ends (roles live as long as the Deployment). A method decorated with
 ``@torch.distributed.rpc.functions.async_execution`` returns a ``Future`` and is served without
@@ -20,10 +25,14 @@ from __future__ import annotations
 
 import itertools
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch.distributed.rpc as rpc
 from torch.futures import Future
+
+from bagpipe.core import runtime
+from bagpipe.core.meter import LinkKind
 
 __all__ = ["RoleRef", "construct"]
 
@@ -72,13 +81,29 @@ def _lookup(object_id: str) -> Any:
     return slot.value
 
 
-def _call(object_id: str, method: str, args: tuple, kwargs: dict) -> Any:
-    return getattr(_lookup(object_id), method)(*args, **kwargs)
+def _call(object_id: str, method: str, args: tuple, kwargs: dict, caller: str, kind: str) -> Any:
+    """The callee's side of a call: book the request, run the method, send the reply."""
+    wire = runtime.current().wire
+    wire.incoming(caller, kind, args, kwargs)
+    result = getattr(_lookup(object_id), method)(*args, **kwargs)
+    wire.reply(caller, kind, result)
+    return result
 
 
 @rpc.functions.async_execution
-def _call_async(object_id: str, method: str, args: tuple, kwargs: dict) -> Future:
-    return getattr(_lookup(object_id), method)(*args, **kwargs)
+def _call_async(
+    object_id: str, method: str, args: tuple, kwargs: dict, caller: str, kind: str
+) -> Future:
+    """As :func:`_call`, for methods that return a ``Future`` (served without holding a thread)."""
+    wire = runtime.current().wire
+    wire.incoming(caller, kind, args, kwargs)
+
+    def reply(done: Future) -> Any:
+        result = done.value()
+        wire.reply(caller, kind, result)
+        return result
+
+    return getattr(_lookup(object_id), method)(*args, **kwargs).then(reply)
 
 
 def construct(role: str, creator: str, cls: type, args: tuple, kwargs: dict) -> RoleRef:
@@ -105,30 +130,96 @@ class RoleRef:
     def __repr__(self) -> str:
         return f"RoleRef({self.role!r}, {self.object_id!r})"
 
-    def rpc_async(self, timeout: float = rpc.constants.UNSET_RPC_TIMEOUT) -> _Proxy:
-        """``ref.rpc_async().method(*args)`` -> ``Future`` of the method's result."""
-        return _Proxy(self, timeout, sync=False)
+    def rpc_async(
+        self, timeout: float = rpc.constants.UNSET_RPC_TIMEOUT, kind: str = LinkKind.CONTROL
+    ) -> _Proxy:
+        """``ref.rpc_async(kind=...).method(*args)`` -> ``Future`` of the method's result.
 
-    def rpc_sync(self, timeout: float = rpc.constants.UNSET_RPC_TIMEOUT) -> _Proxy:
-        """``ref.rpc_sync().method(*args)`` -> the method's result (blocks)."""
-        return _Proxy(self, timeout, sync=True)
+        ``kind`` is the Meter column the call's tensors are counted in (both directions).
+        """
+        return _Proxy(self, timeout, kind, sync=False)
+
+    def rpc_sync(
+        self, timeout: float = rpc.constants.UNSET_RPC_TIMEOUT, kind: str = LinkKind.CONTROL
+    ) -> _Proxy:
+        """``ref.rpc_sync(kind=...).method(*args)`` -> the method's result (blocks)."""
+        return _Proxy(self, timeout, kind, sync=True)
 
 
 class _Proxy:
-    def __init__(self, ref: RoleRef, timeout: float, sync: bool) -> None:
+    """Turns ``proxy.method(*args)`` into a call through the wire (``bagpipe.core.net.wire``)."""
+
+    def __init__(self, ref: RoleRef, timeout: float, kind: str, sync: bool) -> None:
         self._ref = ref
         self._timeout = timeout
+        self._kind = str(kind)
         self._sync = sync
 
     def __getattr__(self, method: str) -> Any:
-        ref, timeout = self._ref, self._timeout
+        ref = self._ref
         target = getattr(ref.cls, method, None)
         if target is None:
             raise AttributeError(f"{ref.cls.__qualname__} has no method {method!r}")
         fn = _call_async if hasattr(target, "_wrapped_async_rpc_function") else _call
 
         def invoke(*args: Any, **kwargs: Any) -> Any:
-            call = rpc.rpc_sync if self._sync else rpc.rpc_async
-            return call(ref.role, fn, args=(ref.object_id, method, args, kwargs), timeout=timeout)
+            wire = runtime.current().wire
+            envelope = (ref.object_id, method, args, kwargs, wire.role, self._kind)
+            nbytes = wire.outgoing(ref.role, self._kind, args, kwargs)
+            if self._sync:
+                wire.hold(ref.role, nbytes)
+                result = rpc.rpc_sync(ref.role, fn, args=envelope, timeout=self._timeout)
+                wire.replied(ref.role, self._kind, result)
+                return result
+            return _send_async(ref.role, fn, envelope, self._timeout, self._kind, nbytes)
 
         return invoke
+
+
+def _send_async(
+    role: str, fn: Any, envelope: tuple, timeout: float, kind: str, nbytes: int
+) -> Future:
+    """Send a counted call without holding the caller: its network time runs on a sender thread
+    (so two calls in flight share the NIC as concurrent flows), and the reply is booked on arrival."""
+    wire = runtime.current().wire
+
+    def booked(done: Future) -> Any:
+        result = done.value()
+        wire.replied(role, kind, result)
+        return result
+
+    def send() -> Future:
+        return rpc.rpc_async(role, fn, args=envelope, timeout=timeout).then(booked)
+
+    if not wire.delays(role):
+        return send()
+    result: Future = Future()
+
+    def forward(sent: Future) -> None:
+        try:
+            result.set_result(sent.value())
+        except Exception as exc:
+            result.set_exception(exc)
+
+    def start() -> None:
+        try:
+            wire.hold(role, nbytes)
+            send().add_done_callback(forward)
+        except Exception as exc:
+            result.set_exception(exc)
+
+    _senders().submit(start)
+    return result
+
+
+_SENDERS: ThreadPoolExecutor | None = None
+_SENDERS_LOCK = threading.Lock()
+
+
+def _senders() -> ThreadPoolExecutor:
+    """This process's sender threads (created on first use; a forked role gets its own)."""
+    global _SENDERS
+    with _SENDERS_LOCK:
+        if _SENDERS is None:
+            _SENDERS = ThreadPoolExecutor(max_workers=16, thread_name_prefix="wire-send")
+        return _SENDERS

@@ -17,17 +17,15 @@ So ``iteration = max(critical path, every lane's bound)``: a pipeline's steady s
 on which lane is data (:data:`SYSTEM_RULES`), written from each system's trainer code; the numbers
 come only from the Meter and the described cluster (:class:`Topology`, ``suites/topology/*.yaml``).
 
-Link timing follows :mod:`bagpipe.core.link`: a transfer costs ``latency + bytes * 8 / bandwidth``;
-an all-reduce is a ring (``2 (T-1)`` messages of ``bytes / T``). With ``per_destination_links``
-(the link model on this machine) every (sender, receiver) pair has its own link, so a trainer
-talking to S shards at once gets S links; on a real cluster (``false``) each node's NIC is shared:
-a trainer's sends to all shards share its NIC, and a server's NIC carries what all T trainers send
-it or ask of it.
+Timing follows the emulated network (``bagpipe.core.net``): a message costs its sender NIC's
+latency plus its bytes at the NIC's rate; an all-reduce is a ring (``2 (T-1)`` messages of
+``bytes / T``). NICs are shared: a trainer's sends to all shards share its NIC, and a server's NIC
+carries what all T trainers send it or ask of it.
 
 Example::
 
-    cluster = Topology.load("suites/topology/paper.yaml")
-    prediction = predict(workload, cluster)     # Prediction.iter_s, .critical_s, .lanes_s
+    topology = Topology.load("suites/topology/paper.yaml")
+    prediction = predict(workload, topology)     # Prediction.iter_s, .critical_s, .lanes_s
 """
 
 from __future__ import annotations
@@ -36,12 +34,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from bagpipe.core.link import BITS_PER_BYTE
+from bagpipe.core.net.topology import BITS_PER_BYTE, Topology
 
 CRITICAL = "critical"
 
@@ -165,67 +160,6 @@ SYSTEM_RULES: dict[str, SystemRule] = {
 
 
 @dataclass(frozen=True)
-class Topology:
-    """A described cluster: where each iteration's bytes go and how fast.
-
-    Args:
-        name: for reports.
-        trainers: ``T``; servers: ``S`` (embedding-server shards).
-        trainer_gbps / server_gbps: NIC bandwidths; latency_us: one message's latency.
-        per_destination_links: every (sender, receiver) pair has its own link of
-            ``trainer_gbps`` (this machine's link model); else NICs are shared (a real cluster).
-        gpu: name of the accelerator, for reports.
-        gpu_peak_tflops, gpu_efficiency, gpu_overhead_ms: compute time of a projection,
-            ``6 * dense_params * per-trainer batch / (peak * efficiency) + overhead``;
-            ``None`` peak means "use the measured compute time".
-        batch_size: the global batch of a projection (``None``: the measured run's).
-    """
-
-    name: str = "link-model"
-    trainers: int = 2
-    servers: int = 2
-    trainer_gbps: float = 10.0
-    server_gbps: float = 10.0
-    latency_us: float = 50.0
-    per_destination_links: bool = True
-    gpu: str = "cpu (measured)"
-    gpu_peak_tflops: float | None = None
-    gpu_efficiency: float = 0.4
-    gpu_overhead_ms: float = 0.0
-    batch_size: int | None = None
-
-    def __post_init__(self) -> None:
-        for key in ("trainers", "servers"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"cluster.{key}: must be >= 1, got {getattr(self, key)}")
-        for key in ("trainer_gbps", "server_gbps"):
-            if getattr(self, key) <= 0:
-                raise ValueError(f"cluster.{key}: must be > 0, got {getattr(self, key)}")
-
-    @classmethod
-    def load(cls, path: Path | str) -> Topology:
-        """A cluster from a YAML file (unknown keys are an error naming the file)."""
-        path = Path(path)
-        data = yaml.safe_load(path.read_text()) or {}
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"{path}: unknown cluster key(s) {unknown}; known: {sorted(known)}")
-        try:
-            return cls(**data)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{path}: {err}") from err
-
-    @classmethod
-    def link_model(cls, bandwidth_gbps: float, latency_us: float, trainers: int,
-                   servers: int) -> Topology:
-        """This machine's emulated network (``bagpipe.core.link``) at a given bandwidth."""
-        return cls(name=f"link-model@{bandwidth_gbps:g}Gbps", trainers=trainers, servers=servers,
-                   trainer_gbps=bandwidth_gbps, server_gbps=bandwidth_gbps,
-                   latency_us=latency_us, per_destination_links=True)
-
-
-@dataclass(frozen=True)
 class Workload:
     """What one system moves and computes per iteration (means over a run's measured window).
 
@@ -307,14 +241,15 @@ def flow_bytes(rule: SystemRule, workload: Workload) -> list[float]:
     return out
 
 
-def flow_time_s(flow: Flow, per_trainer_bytes: float, cluster: Topology, every: float) -> float:
-    """Seconds one trainer spends on ``flow`` per iteration on ``cluster``."""
+def flow_time_s(flow: Flow, per_trainer_bytes: float, topology: Topology, every: float) -> float:
+    """Seconds one trainer spends on ``flow`` per iteration on ``topology``."""
     if per_trainer_bytes <= 0:
         return 0.0
-    lat_s = cluster.latency_us * 1e-6
+    lat_s = topology.trainer_nic.latency_s
     bits = per_trainer_bytes * BITS_PER_BYTE
-    t, s = cluster.trainers, cluster.servers
-    trainer_bps, server_bps = cluster.trainer_gbps * 1e9, cluster.server_gbps * 1e9
+    t, s = topology.trainers, topology.servers
+    trainer_bps = min(topology.trainer_nic.egress_gbps, topology.trainer_nic.ingress_gbps) * 1e9
+    server_bps = min(topology.server_nic.egress_gbps, topology.server_nic.ingress_gbps) * 1e9
     messages = flow.messages / every
     if flow.pattern is Pattern.RING:
         if t <= 1:
@@ -324,31 +259,21 @@ def flow_time_s(flow: Flow, per_trainer_bytes: float, cluster: Topology, every: 
     if flow.pattern is Pattern.PEERS:
         if t <= 1:
             return 0.0
-        wire = bits / (t - 1) if cluster.per_destination_links else bits
-        return messages * lat_s + wire / trainer_bps
-    if cluster.per_destination_links:
-        per_link = bits / s if flow.pattern is Pattern.SHARDS else bits
-        serial = s if flow.pattern is Pattern.SHARDS_SERIAL else 1
-        return serial * messages * lat_s + per_link / min(trainer_bps, server_bps)
-    # Shared NICs: the trainer's NIC carries all its bytes; each server's NIC carries 1/S of
-    # every trainer's bytes.
+        return messages * lat_s + bits / trainer_bps
+    # The trainer's NIC carries all its bytes; each server's NIC carries 1/S of every trainer's.
     serial = s if flow.pattern is Pattern.SHARDS_SERIAL else 1
     return serial * messages * lat_s + max(bits / trainer_bps, t * bits / s / server_bps)
 
 
-def compute_time_s(workload: Workload, cluster: Topology) -> float:
-    """The cluster's compute time for one iteration: measured, or the GPU's FLOP estimate."""
-    if cluster.gpu_peak_tflops is None:
-        return workload.compute_s
-    batch = cluster.batch_size or workload.batch_size
-    flops = 6.0 * workload.dense_params * batch / cluster.trainers  # fwd 2 + bwd 4 per MAC
-    return flops / (cluster.gpu_peak_tflops * 1e12 * cluster.gpu_efficiency) + (
-        cluster.gpu_overhead_ms * 1e-3
-    )
+def compute_time_s(workload: Workload, topology: Topology) -> float:
+    """The topology's compute time for one iteration: its device's FLOP estimate, or measured."""
+    batch = topology.batch_size or workload.batch_size
+    estimate = topology.compute.step_time_s(workload.dense_params, batch // topology.trainers)
+    return workload.compute_s if estimate is None else estimate
 
 
-def predict(workload: Workload, cluster: Topology, rule: SystemRule | None = None) -> Prediction:
-    """The iteration time of ``workload`` on ``cluster`` under its system's overlap rules."""
+def predict(workload: Workload, topology: Topology, rule: SystemRule | None = None) -> Prediction:
+    """The iteration time of ``workload`` on ``topology`` under its system's overlap rules."""
     if rule is None:
         if workload.system not in SYSTEM_RULES:
             raise KeyError(
@@ -358,19 +283,16 @@ def predict(workload: Workload, cluster: Topology, rule: SystemRule | None = Non
     times: list[float] = []
     for flow, per_trainer in zip(rule.flows, flow_bytes(rule, workload), strict=True):
         every = flow.every if isinstance(flow.every, int) else workload.knobs.get(flow.every, 1)
-        times.append(flow_time_s(flow, per_trainer, cluster, max(float(every), 1.0)))
-    compute_s = compute_time_s(workload, cluster)
+        times.append(flow_time_s(flow, per_trainer, topology, max(float(every), 1.0)))
+    compute_s = compute_time_s(workload, topology)
     critical_s = compute_s + sum(
         t for f, t in zip(rule.flows, times, strict=True) if f.lane == CRITICAL
     )
     lanes_s: dict[str, float] = {}
     for lane in rule.lanes:
-        mine = [(f, t) for f, t in zip(rule.flows, times, strict=True) if f.lane == lane]
-        patterns = {f.pattern for f, _ in mine}
-        # Critical flows on the same links queue with this lane's transfers.
-        sharing = sum(t for f, t in zip(rule.flows, times, strict=True)
-                      if f.lane == CRITICAL and f.pattern in patterns)
-        lanes_s[lane] = sum(t for _, t in mine) + sharing
+        # Every flow of a trainer crosses its one NIC: the lane's transfers queue with every other
+        # flow on it, the critical path's and the other lanes'.
+        lanes_s[lane] = sum(times)
     labels = [f"{f.kind}{f'[{f.rows_counter}]' if f.rows_counter else ''}:{f.lane}"
               for f in rule.flows]
     return Prediction(

@@ -39,11 +39,11 @@ CLAIM = ("bagpipe.md §5.3 E2: the paper compares every system on three datasets
          "is), so this report states ours")
 
 
-def newest_runs(multirun_root: Path, sweep_dir: Path | None) -> tuple[list[RunRecord], str]:
-    """The runs to report and where they came from: every run of ``sweep_dir``, else each
+def newest_runs(multirun_root: Path, sweep_dir: Path | None) -> tuple[list[RunRecord], list[Path]]:
+    """The runs to report and the sweeps they came from: every run of ``sweep_dir``, else each
     dataset's runs from the newest ``multirun_root/datasets/<stamp>`` holding any."""
     if sweep_dir is not None:
-        return load_records([sweep_dir]), f"sweep {sweep_dir}"
+        return load_records([sweep_dir]), [sweep_dir]
     sweeps = sorted(p for p in (multirun_root / SUITE).glob("*") if p.is_dir() and find_records(p))
     if not sweeps:
         raise FileNotFoundError(f"no sweep of suite {SUITE!r} under {multirun_root / SUITE}")
@@ -54,8 +54,7 @@ def newest_runs(multirun_root: Path, sweep_dir: Path | None) -> tuple[list[RunRe
             by_dataset.setdefault(record.tags.get("dataset", "?"), []).append(record)
         newest.update({name: (sweep, runs) for name, runs in by_dataset.items()})
     records = [r for _, runs in newest.values() for r in runs]
-    used = sorted({str(sweep) for sweep, _ in newest.values()})
-    return records, "sweeps " + ", ".join(used)
+    return records, sorted({sweep for sweep, _ in newest.values()})
 
 
 def summary(frame: pd.DataFrame, reference: str) -> pd.DataFrame:
@@ -91,8 +90,10 @@ def draw(frame: pd.DataFrame, reference: str, path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def report(records: list[RunRecord], source: str, reference: str, out: Outputs) -> None:
-    """Write the runs table, the figure and the page (module docstring)."""
+def report(records: list[RunRecord], sweeps: list[Path], reference: str, out: Outputs) -> None:
+    """Write the runs table, the figure and the page (module docstring) from ``records``, read
+    from ``sweeps``."""
+    source = "sweeps " + ", ".join(str(sweep) for sweep in sweeps)
     if not records:
         raise SystemExit(f"{source}: no runs")
     add_speedups(records, reference)
@@ -107,7 +108,8 @@ def report(records: list[RunRecord], source: str, reference: str, out: Outputs) 
     write_report(out, SUITE, "every system on the three datasets", draw(frame, reference,
                  out.figure(SUITE)), lines, CLAIM, [
                      f"Runs: {source}.",
-                     "DLRM with fig7's settings (batch 1024, the link model at 10 Gbps); the "
+                     "DLRM with fig7's settings (batch 1024, the paper's topology, the network "
+                     "back-end the run chose: `network` in each run's record); the "
                      "datasets are the generator's Kaggle-, Terabyte- and Avazu-shaped data unless "
                      "a sweep switched the dataset group to the real files."])
 

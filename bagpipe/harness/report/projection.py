@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bagpipe.harness.report.costmodel import Flow, Pattern, Topology, Workload, flow_time_s, predict
+from bagpipe.core.net import Topology
+from bagpipe.harness.report.costmodel import Flow, Pattern, Workload, flow_time_s, predict
 from bagpipe.harness.report.fig7 import PAPER_CLAIM
 from bagpipe.harness.report.loading import load_records
 from bagpipe.harness.report.plotting import Outputs, pyplot, save_csv, save_figure, write_report
@@ -82,7 +83,7 @@ def project(records: Sequence[RunRecord], clusters: Sequence[Topology]) -> pd.Da
             got = predict(work, cluster)
             rows.append({
                 "system": work.system, "model": record.params["model.name"],
-                "cluster": cluster.name, "gpu": cluster.gpu,
+                "cluster": cluster.name, "gpu": cluster.compute.device,
                 "measured_cpu_iter_ms": 1000 * work.compute_s,
                 "projected_iter_ms": 1000 * got.iter_s,
                 "projected_compute_ms": 1000 * got.compute_s,

@@ -8,7 +8,8 @@ The runner, not the system, owns what must be identical across systems for a com
 * **seeds**: the global torch RNG is seeded with ``ctx.seed`` before ``setup``;
 * **timing**: ``init_time_s`` is ``setup``; an iteration's ``iter_time_s`` is ``train_step`` alone
   (``time.perf_counter``), fetching the batch is timed apart as ``data_time_s`` (the paper's
-  prototype pre-loaded its batches, so loading is not iteration time);
+  prototype pre-loaded its batches, so loading is not iteration time), and so is producing the
+  batches a system reads ahead (``System.reads_ahead``, :class:`ReadAhead`);
 * **system stats**: ``system.stats()`` is kept whole in ``RunResult.stats``; its numeric values
   also enter the summary as ``system_<key>``;
 * **evaluation**: every ``eval_every`` steps and after the last step, by the same
@@ -49,13 +50,23 @@ from typing import Any, Protocol
 
 import torch
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from bagpipe.core.checkpoint import Checkpoint, CheckpointStore
 from bagpipe.core.interface import PhaseInfo, System, TrainContext
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
+from bagpipe.core.net.report import NetworkReport
+from bagpipe.core.roles import last_network_report
 from bagpipe.core.source import BatchSource
 from bagpipe.harness.run.evaluate import Evaluator
+from bagpipe.harness.run.readahead import ReadAhead
 
 
 @dataclass(frozen=True)
@@ -112,13 +123,18 @@ class EvalPoint:
 
 @dataclass
 class RunResult:
-    """Everything a run measured: per-step metrics, evaluations and the summary."""
+    """Everything a run measured: per-step metrics, evaluations and the summary.
+
+    ``network`` is what crossed each host's NIC (the wire's ledgers, and under ``netns`` the
+    kernel's counters), for systems that deploy roles; its values are also in the summary.
+    """
 
     steps: list[dict[str, float]] = field(default_factory=list)
     evals: list[EvalPoint] = field(default_factory=list)
     summary: dict[str, float] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
     reorders_samples: bool = False
+    network: NetworkReport | None = None
 
 
 class RunCallback(Protocol):
@@ -171,10 +187,13 @@ def run_training(
     Errors from the system propagate after ``close``; ``on_run_end`` is then not called.
     """
     result = RunResult(reorders_samples=type(system).reorders_samples)
+    last_network_report()  # forget any earlier run's
     try:
         ctx, first_step = _starting_point(system, ctx, cfg, resume)
         init_time_s = _set_up(system, ctx, resume)
         source = system.prepare_dataset(ctx.source)
+        if not isinstance(source, ReadAhead):  # re-packed (FAE): read one batch at a time
+            source = ReadAhead(source, 0)
         if len(source) == 0:
             raise ValueError("training source has no batches")
         evaluator = Evaluator(ctx.model, ctx.schema, eval_source)
@@ -188,6 +207,15 @@ def run_training(
         return result
     finally:
         system.close()
+        _add_network_report(result)
+
+
+def _add_network_report(result: RunResult) -> None:
+    """What crossed the hosts' NICs, as the system's deployment recorded it when it closed."""
+    report = last_network_report()
+    if report is not None:
+        result.network = report
+        result.summary.update(report.flat())
 
 
 def _starting_point(
@@ -204,7 +232,8 @@ def _starting_point(
             )
         ctx = replace(ctx, resume=resume.resume_point())
         first_step = resume.step
-    return replace(ctx, num_steps=cfg.num_steps), first_step
+    source = ReadAhead(ctx.source, system.reads_ahead())
+    return replace(ctx, num_steps=cfg.num_steps, source=source), first_step
 
 
 def _set_up(system: System, ctx: TrainContext, resume: Checkpoint | None) -> float:
@@ -229,7 +258,7 @@ class _TrainingLoop:
     """
 
     system: System
-    source: BatchSource
+    source: ReadAhead
     evaluator: Evaluator
     cfg: RunConfig
     callbacks: Sequence[object]
@@ -243,17 +272,16 @@ class _TrainingLoop:
     run_start: float = field(default_factory=time.perf_counter, init=False)
 
     def run(self, first_step: int) -> None:
-        with _progress_bar(self.cfg) as advance:
-            advance(float("nan"), first_step)
+        with _progress_bar(self.cfg, first_step) as advance:
             for step in range(first_step, self.cfg.num_steps):
                 advance(self._train(step))
                 self._step_boundary(step + 1)
         self.total_wall_s = time.perf_counter() - self.run_start
 
-    def _train(self, step: int) -> float:
-        """Train batch ``step``, keep and report its metrics; return its loss."""
+    def _train(self, step: int) -> dict[str, float]:
+        """Train batch ``step``, keep and report its metrics; return them."""
         data_start = time.perf_counter()
-        batch = self.source[step % len(self.source)]
+        batch = self.source.prepare(step)
         step_start = time.perf_counter()
         out = self.system.train_step(step, batch)
         iter_time_s = time.perf_counter() - step_start
@@ -268,7 +296,7 @@ class _TrainingLoop:
         self.result.steps.append(metrics)
         self.records.append(out.record)
         notify(self.callbacks, "on_step", step, metrics)
-        return loss
+        return metrics
 
     def _step_boundary(self, done: int) -> None:
         """After ``done`` steps: epoch boundary, evaluation, checkpoint, preemption, in that order."""
@@ -409,22 +437,28 @@ def _quantile(sorted_values: Sequence[float], q: float) -> float:
 
 
 @contextmanager
-def _progress_bar(cfg: RunConfig) -> Iterator[Any]:
-    """Yield ``advance(loss)``; a rich bar on a terminal, a no-op otherwise."""
+def _progress_bar(cfg: RunConfig, first_step: int) -> Iterator[Callable[[dict[str, float]], None]]:
+    """Yield ``advance(step_metrics)``: a rich bar on a terminal (steps, loss, the last
+    iteration's time, elapsed and remaining time), a no-op otherwise (log files, sweeps)."""
     console = Console(stderr=True)
     progress = Progress(
         TextColumn("[bold]train"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("loss {task.fields[loss]:.4f}"),
+        TextColumn("{task.fields[iter_ms]:.1f} ms/iter"),
         TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
         console=console,
         disable=not (cfg.progress and console.is_terminal),
     )
     with progress:
-        task = progress.add_task("train", total=cfg.num_steps, loss=float("nan"))
+        task = progress.add_task("train", total=cfg.num_steps, completed=first_step,
+                                 loss=float("nan"), iter_ms=float("nan"))
 
-        def advance(loss: float, steps: int = 1) -> None:
-            progress.update(task, advance=steps, loss=loss)
+        def advance(metrics: dict[str, float]) -> None:
+            progress.update(task, advance=1, loss=metrics["loss"],
+                            iter_ms=1000 * metrics["iter_time_s"])
 
         yield advance

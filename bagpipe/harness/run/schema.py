@@ -3,9 +3,9 @@
 Every YAML option of a group extends a ``base_<name>`` schema (STYLE.md §4), so a misspelt key or a
 value of the wrong type fails while the config is composed, naming the key, before any job starts.
 
-The schemas of systems, models, datasets, the link model and the optimiser are *derived* from the
+The schemas of systems, models, datasets, the topology and the optimiser are *derived* from the
 classes they configure (a system's ``__init__`` keyword arguments, the ``ModelConfig``,
-``DatasetConfig``, ``LinkConfig`` and ``OptimConfig`` dataclass fields) rather than written out a
+``DatasetConfig``, ``Topology`` and ``OptimConfig`` dataclass fields) rather than written out a
 second time: a knob added to a system is valid in YAML at once, and a knob removed from it makes a
 stale YAML fail loudly. A system may instead declare ``config_class``, a
 dataclass that is then used as its schema unchanged.
@@ -31,7 +31,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from bagpipe.core.interface import OptimConfig
-from bagpipe.core.link import LinkConfig
+from bagpipe.core.net import BACKENDS, Topology
 from bagpipe.core.registry import ENTRY_POINT_GROUP
 
 _SCALARS = (int, float, str, bool)
@@ -143,14 +143,19 @@ def choice_enum(name: str, values: typing.Iterable[str]) -> type[enum.Enum]:
 def schema_from_dataclass(
     cls: type, name: str, choices: dict[str, typing.Iterable[str]] | None = None
 ) -> type:
-    """A mutable, OmegaConf-typed copy of dataclass ``cls`` (tuples become lists).
+    """A mutable, OmegaConf-typed copy of dataclass ``cls`` (tuples become lists, nested
+    dataclasses nested schemas).
 
     ``choices`` turns the named string fields into enums of their valid values.
     """
     hints = typing.get_type_hints(cls)
     choices = choices or {}
-    fields = []
+    fields: list[tuple[str, Any, Any]] = []
     for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            nested = schema_from_dataclass(hints[f.name], f"{name}_{f.name}")
+            fields.append((f.name, nested, field(default_factory=nested)))
+            continue
         default: Any = f.default
         if f.default_factory is not dataclasses.MISSING:
             default = f.default_factory()
@@ -162,11 +167,36 @@ def schema_from_dataclass(
     return dataclasses.make_dataclass(name, fields)
 
 
-#: The emulated network and plain SGD, derived from the dataclasses the job builds from them
-#: (``bagpipe.core.link.LinkConfig``, ``bagpipe.core.interface.OptimConfig``): a field added there
-#: is valid in YAML at once.
-LinkSchema = schema_from_dataclass(LinkConfig, "LinkSchema")
+#: Plain SGD and the described cluster, derived from the dataclasses the job builds from them
+#: (``bagpipe.core.interface.OptimConfig``, ``bagpipe.core.net.Topology``): a field added there is
+#: valid in YAML at once.
 OptimSchema = schema_from_dataclass(OptimConfig, "OptimSchema")
+TopologySchema = schema_from_dataclass(Topology, "TopologySchema")
+
+
+class Backend(enum.StrEnum):
+    """The network back-ends a run may ask for (``bagpipe.core.net.BACKENDS`` plus ``auto``)."""
+
+    auto = "auto"
+    netns = "netns"
+    model = "model"
+    real = "real"
+
+
+assert {b.value for b in Backend} == {"auto", *BACKENDS}, "Backend lists every back-end"
+
+
+@dataclass
+class NetworkSchema:
+    """How the network of the topology is emulated (``bagpipe.core.net``).
+
+    ``backend``: ``auto`` (``netns`` as root, else ``model``), ``netns``, ``model`` or ``real``
+    (nothing emulated: a real cluster, or a network-off run). ``dilation``: every emulated
+    bandwidth divided and every latency multiplied by it.
+    """
+
+    backend: Backend = Backend.auto
+    dilation: float = 1.0
 
 
 @dataclass
@@ -179,13 +209,16 @@ class HarnessConfig:
     run: RunSchema = field(default_factory=RunSchema)
     #: Typed ``Any`` because the schemas are built at import time (no static class to name); the
     #: default is the structured node, so OmegaConf still checks every key and value under it.
-    link: Any = field(default_factory=LinkSchema)
+    topology: Any = MISSING
+    network: NetworkSchema = field(default_factory=NetworkSchema)
     optim: Any = field(default_factory=OptimSchema)
     tracking: TrackingSchema = field(default_factory=TrackingSchema)
     mllog: MllogSchema = field(default_factory=MllogSchema)
     seed: int = 0
     #: Trainer count that system configs interpolate (``num_trainers: ${trainers}``).
     trainers: int = 2
+    #: Every caching system's budget: this share of the dataset's rows per trainer.
+    cache_budget: float = 0.2
     suite_name: str = "adhoc"
     scale_name: str = "small"
     launcher_name: str = "local"
@@ -244,6 +277,7 @@ def register_configs() -> None:
         DatasetConfig, "DatasetSchema", {"kind": KINDS, "preset": PRESETS}
     )
     store.store(group="model", name="base_model", node=model)
+    store.store(group="topology", name="base_topology", node=TopologySchema)
     store.store(group="dataset", name="base_dataset", node=dataset)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         try:
