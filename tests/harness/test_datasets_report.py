@@ -15,16 +15,30 @@ from bagpipe.harness.run.schema import register_configs
 from bagpipe.harness.run.train import SUITES_DIR
 from bagpipe.harness.track.record import RECORD_FILE, RunRecord
 
+SHAPES = {"synthetic_kaggle": "criteo_kaggle", "synthetic_terabyte": "criteo_terabyte",
+          "synthetic_avazu": "avazu"}
 SYSTEMS = {"local": 0.08, "sync_ps": 0.5, "fae": 0.3, "het": 0.35, "torchrec": 0.4, "bagpipe": 0.1}
 
 
-def test_suite_composes_into_every_system_on_three_datasets() -> None:
-    from bagpipe.harness.run.sweep import validate_sweep
+def test_suite_composes_every_system_on_three_datasets_under_fig7s_rules() -> None:
+    from bagpipe.harness.run.sweep import sweep_jobs, validate_sweep
 
     register_configs()
     with initialize_config_dir(config_dir=str(SUITES_DIR), version_base="1.3"):
         cfg = compose("config", overrides=["suite=datasets"], return_hydra_config=True)
-        assert len(validate_sweep(cfg)) == 3 * 6 * 3  # datasets x systems x seeds
+        jobs = {frozenset(job) for job in sweep_jobs(cfg)}
+        assert jobs == {frozenset({"suite=datasets", f"dataset={d}", f"system={s}", "model=dlrm",
+                                   f"seed={seed}"})
+                        for d in SHAPES for s in SYSTEMS for seed in range(3)}
+        one_seed = compose("config", return_hydra_config=True,
+                           overrides=["suite=datasets", "hydra.sweeper.params.seed=0"])
+        assert len(validate_sweep(one_seed)) == 3 * 6  # each job built as at launch (seeds alike)
+        fig7 = compose("config", overrides=["suite=fig7"])
+        for dataset, preset in SHAPES.items():
+            job = compose("config", overrides=["suite=datasets", f"dataset={dataset}"])
+            assert job.dataset.preset.name == preset
+            for group in ("run", "optim", "topology", "network", "trainers", "cache_budget"):
+                assert job[group] == fig7[group], group
         real = compose("config", overrides=["dataset=terabyte_tsv", "dataset.path=/data/day_*"])
         assert real.dataset.preset.name == "criteo_terabyte" and real.dataset.path == "/data/day_*"
 
