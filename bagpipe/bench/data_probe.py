@@ -13,6 +13,10 @@ runs in a process of its own and prints one JSON line before exiting::
         the end of the first step (and its parts: imports, opening the dataset, starting the
         roles), the wall time of every step (reading the batch included), and the peak RSS of
         this process (the driver) and of every role process.
+    python -m bagpipe.bench.data_probe system NAME CONFIG_JSON BATCH STEPS
+        train the system the suites call NAME (``suites/system/NAME.yaml``, the suites' DLRM)
+        through the harness's runner for STEPS steps, then evaluate on the evaluation split:
+        iteration time, AUC, and the peak RSS of this process (the driver) and of every role.
 
 CONFIG_JSON is a ``DatasetConfig`` as JSON (tuples as lists).
 """
@@ -27,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 MODEL = {"name": "dlrm", "embedding_dim": 16, "bottom_mlp": (64, 16), "top_mlp": (64, 1)}
+EVAL_BATCHES = 4
 
 
 def peak_rss_bytes(pid: int | str = "self") -> int:
@@ -35,6 +40,14 @@ def peak_rss_bytes(pid: int | str = "self") -> int:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024
     raise LookupError(f"no VmHWM for process {pid}")
+
+
+def role_peaks(system: object) -> dict[str, int]:
+    """Peak RSS of every role process a system's deployment started (none for one that trains
+    in the driver); read while the roles still run."""
+    deployment = getattr(system, "_deployment", None)
+    roles = deployment.pids() if deployment is not None else {}
+    return {role: peak_rss_bytes(pid) for role, pid in roles.items()}
 
 
 def _config(text: str) -> Any:
@@ -106,8 +119,7 @@ def train(cfg_json: str, batch: str, steps: str, launched_at: str) -> dict[str, 
             times.append(time.perf_counter() - begin)
             if step == 0:
                 first_step_at = time.time() - float(launched_at)
-        roles = system._deployment.pids() if system._deployment is not None else {}
-        peaks = {role: peak_rss_bytes(pid) for role, pid in roles.items()}
+        peaks = role_peaks(system)
     finally:
         system.close()
     return {"launch_to_first_step_s": first_step_at, "imports_s": imported_at, "open_s": opened,
@@ -116,9 +128,45 @@ def train(cfg_json: str, batch: str, steps: str, launched_at: str) -> dict[str, 
             "table_bytes": dataset.schema.total_rows * MODEL["embedding_dim"] * 4}  # type: ignore[operator]
 
 
+def system(name: str, cfg_json: str, batch: str, steps: str) -> dict[str, Any]:
+    import torch
+    from hydra import compose, initialize_config_dir
+
+    from bagpipe.core.interface import TrainContext
+    from bagpipe.data import make_dataset
+    from bagpipe.harness.run.build import build_parts, build_system
+    from bagpipe.harness.run.runner import RunConfig, RunResult, run_training
+    from bagpipe.harness.run.schema import register_configs
+    from bagpipe.harness.run.train import SUITES_DIR
+
+    torch.set_num_threads(1)
+    register_configs()
+    with initialize_config_dir(config_dir=str(SUITES_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[f"system={name}"])
+    parts = build_parts(cfg)
+    dataset = make_dataset(_config(cfg_json))
+    ctx = TrainContext(schema=dataset.schema, model=parts.model, optim=parts.optim,
+                       global_batch_size=int(batch), seed=0,
+                       source=dataset.train(int(batch), int(steps)))
+    trained = build_system(cfg)
+    peaks: dict[str, int] = {}
+
+    class RolePeaks:
+        def on_run_end(self, result: RunResult) -> None:  # before the roles are closed
+            peaks.update(role_peaks(trained))
+
+    result = run_training(trained, ctx, dataset.eval(int(batch), EVAL_BATCHES),
+                          RunConfig(num_steps=int(steps), eval_every=0, progress=False),
+                          callbacks=[RolePeaks()])
+    return {"iter_time_mean_s": result.summary["iter_time_mean_s"], "auc": result.summary["auc"],
+            "init_time_s": result.summary["init_time_s"],
+            "peak_rss": {"driver": peak_rss_bytes(), **peaks},
+            "table_bytes": dataset.schema.total_rows * parts.model.embedding_dim * 4}
+
+
 def main(argv: list[str]) -> None:
     jobs: dict[str, Callable[..., dict[str, Any]]] = {"prepare": prepare, "stream": stream,
-                                                       "train": train}
+                                                       "train": train, "system": system}
     print(json.dumps(jobs[argv[0]](*argv[1:])))
 
 

@@ -65,7 +65,8 @@ def data_row(metric: str, value: float, unit: str, **config: object) -> dict:
 
 
 @contextmanager
-def _data_dir() -> Iterator[Path]:
+def data_dir() -> Iterator[Path]:
+    """Where the generated files go: ``$BAGPIPE_BENCH_DATA`` (kept), else a temporary directory."""
     kept = os.environ.get("BAGPIPE_BENCH_DATA")
     if kept:
         Path(kept).mkdir(parents=True, exist_ok=True)
@@ -78,7 +79,7 @@ def _data_dir() -> Iterator[Path]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _probe(*args: str) -> dict[str, Any]:
+def probe(*args: str) -> dict[str, Any]:
     """Run one ``data_probe`` job in a fresh process; its JSON line."""
     done = subprocess.run([sys.executable, "-m", "bagpipe.bench.data_probe", *args],
                           capture_output=True, text=True, check=False)
@@ -100,30 +101,47 @@ def _write(path: Path, gen: SyntheticGenerator, first: int, rows: int) -> bool:
     return True
 
 
-def _json(cfg: DatasetConfig) -> str:
+def config_json(cfg: DatasetConfig) -> str:
     return json.dumps(dataclasses.asdict(cfg))
 
 
-def kaggle(directory: Path, rows: int, gen_cfg: GeneratorConfig) -> list[dict]:
-    preset = get_preset("criteo_kaggle")
-    gen = SyntheticGenerator(preset, gen_cfg)
+def kaggle_generator(quick: bool) -> tuple[int, GeneratorConfig]:
+    """Rows and generator settings of the Kaggle-format file: full size, or 1M small-table rows."""
+    if quick:
+        return 1_000_000, GeneratorConfig(scale=0.001)
+    return KAGGLE_ROWS, GeneratorConfig(scale=1.0, max_ind_range=MAX_IND_RANGE)
+
+
+def kaggle_file(directory: Path, rows: int, gen_cfg: GeneratorConfig) -> tuple[Path, float | None]:
+    """The Kaggle-format TSV of ``rows`` generator rows in ``directory`` and the seconds writing
+    it took (None: a previous run left it)."""
+    gen = SyntheticGenerator(get_preset("criteo_kaggle"), gen_cfg)
     path = directory / f"train_{rows}_{gen_cfg.scale:g}.txt"
     start = time.perf_counter()
     written = _write(path, gen, 0, rows)
-    written_s = time.perf_counter() - start
+    return path, time.perf_counter() - start if written else None
+
+
+def kaggle_dataset(path: Path, gen_cfg: GeneratorConfig, cache: Path) -> DatasetConfig:
+    """The ``criteo_tsv`` dataset of a file :func:`kaggle_file` wrote, prepared under ``cache``."""
+    return DatasetConfig(kind="criteo_tsv", path=str(path), scale=gen_cfg.scale,
+                         max_ind_range=gen_cfg.max_ind_range, cache_dir=str(cache))
+
+
+def kaggle(directory: Path, rows: int, gen_cfg: GeneratorConfig) -> list[dict]:
+    path, written_s = kaggle_file(directory, rows, gen_cfg)
     cache = directory / "cache-kaggle"
     shutil.rmtree(cache, ignore_errors=True)  # preparing is measured: never from a cache
-    files = _json(DatasetConfig(kind="criteo_tsv", path=str(path), scale=gen_cfg.scale,
-                                max_ind_range=gen_cfg.max_ind_range, cache_dir=str(cache)))
+    files = config_json(kaggle_dataset(path, gen_cfg, cache))
     config = {"rows": rows, "file_gb": round(path.stat().st_size / 1e9, 2), "batch": BATCH}
-    prepared = _probe("prepare", files)
-    sources = {"shards": files, "synthetic": _json(DatasetConfig(
+    prepared = probe("prepare", files)
+    sources = {"shards": files, "synthetic": config_json(DatasetConfig(
         scale=gen_cfg.scale, max_ind_range=gen_cfg.max_ind_range))}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sources}
     for _ in range(ROUNDS):  # alternated, so a burst of load elsewhere hits both sources alike
         for name, source in sources.items():
-            runs[name].append(_probe("train", source, str(BATCH), str(TRAIN_STEPS), str(time.time())))
-    out = [data_row("tsv_generate_write_s", written_s, "s", **config)] if written else []
+            runs[name].append(probe("train", source, str(BATCH), str(TRAIN_STEPS), str(time.time())))
+    out = [data_row("tsv_generate_write_s", written_s, "s", **config)] if written_s else []
     out += [
         data_row("prepare_rows_per_s", prepared["rows"] / prepared["seconds"], "rows/s", **config),
         data_row("prepare_rows_per_cpu_s", prepared["rows"] / prepared["cpu_seconds"], "rows/cpu-s",
@@ -160,8 +178,8 @@ def terabyte(directory: Path, day_rows: int) -> list[dict]:
     cfg = DatasetConfig(kind="criteo_tsv", preset="criteo_terabyte", scale=gen_cfg.scale,
                         skew_target=None, path=str(directory / f"day_*_{day_rows}"), shuffle=True,
                         cache_dir=str(cache))
-    prepared = _probe("prepare", _json(cfg))
-    streamed = _probe("stream", _json(cfg), str(BATCH))
+    prepared = probe("prepare", config_json(cfg))
+    streamed = probe("stream", config_json(cfg), str(BATCH))
     config = {"rows": 2 * day_rows, "days": 2, "batch": BATCH}
     if streamed["eval_rows"] != day_rows // BATCH * BATCH:
         raise AssertionError(f"Terabyte eval split has {streamed['eval_rows']} rows, not day 1's")
@@ -176,9 +194,7 @@ def terabyte(directory: Path, day_rows: int) -> list[dict]:
 
 
 def run(quick: bool) -> list[dict]:
-    kaggle_cfg = (GeneratorConfig(scale=0.001) if quick
-                  else GeneratorConfig(scale=1.0, max_ind_range=MAX_IND_RANGE))
-    with _data_dir() as directory:
-        rows = kaggle(directory, 1_000_000 if quick else KAGGLE_ROWS, kaggle_cfg)
+    with data_dir() as directory:
+        rows = kaggle(directory, *kaggle_generator(quick))
         rows += terabyte(directory, 200_000 if quick else TERABYTE_DAY_ROWS)
     return rows
