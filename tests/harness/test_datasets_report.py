@@ -39,8 +39,11 @@ def test_suite_composes_every_system_on_three_datasets_under_fig7s_rules() -> No
             assert job.dataset.preset.name == preset
             for group in ("run", "optim", "topology", "network", "trainers", "cache_budget"):
                 assert job[group] == fig7[group], group
-        real = compose("config", overrides=["dataset=terabyte_tsv", "dataset.path=/data/day_*"])
-        assert real.dataset.preset.name == "criteo_terabyte" and real.dataset.path == "/data/day_*"
+        real = ["suite=datasets", "dataset=terabyte_tsv", "dataset.path=/data/day_*"]
+        switched = sweep_jobs(compose("config", overrides=real, return_hydra_config=True))
+        assert len(switched) == 6 * 3 and all("dataset=terabyte_tsv" in job for job in switched)
+        terabyte = compose("config", overrides=real).dataset
+        assert terabyte.preset.name == "criteo_terabyte" and terabyte.path == "/data/day_*"
 
 
 def _save(sweep: Path, dataset: str, system: str, seed: int, iter_s: float) -> None:
