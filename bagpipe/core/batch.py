@@ -129,11 +129,19 @@ def global_ids(batch: Batch, schema: DatasetSchema) -> torch.Tensor:
 def slice_batch(batch: Batch, start: int, stop: int) -> Batch:
     """Examples ``start:stop`` of a one-hot batch, as a new ``Batch``."""
     return batch_from_arrays(
-        batch.dense_features[start:stop],
+        _rows(batch.dense_features, start, stop),
         ids_matrix(batch)[start:stop],
         batch.labels[start:stop],
         batch.sparse_features.keys(),
     )
+
+
+def _rows(tensor: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    """Rows ``start:stop`` as a view, or as a tensor of its own when they hold no element (a
+    dataset without dense features): a ``[B, 0]`` view keeps a storage offset into an empty
+    storage, which the RPC receiver's unpickler refuses, aborting the process."""
+    rows = tensor[start:stop]
+    return rows.clone() if rows.numel() == 0 else rows
 
 
 def slice_bounds(size: int, part: int, parts: int) -> tuple[int, int]:
