@@ -101,7 +101,7 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff (style, imports, common bugs) and mypy on the packages."""
     ensure_env(session)
-    run_in_env(session, env_bin("ruff"), "check", "bagpipe", "baselines", "tests", "noxfile.py")
+    run_in_env(session, env_bin("ruff"), "check", "bagpipe", "baselines", "hydra_plugins", "tests", "noxfile.py")
     run_in_env(session, env_bin("mypy"))
 
 

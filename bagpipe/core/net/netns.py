@@ -23,7 +23,8 @@ all-to-alls, DDP's buckets), so no system can move a byte without paying for it:
   with the last process in it, taking its interfaces, qdiscs and the bridge with it, and the
   driver's veth end dies with its peer. A deployment's hosts go when it closes; the switch (the
   bridge and the driver's port, :class:`Switch`) serves every deployment of the driver process
-  and goes with the process. Nothing is named in ``/run/netns`` and nothing outlives the driver.
+  and goes with the process. Nothing is named in ``/run/netns`` and nothing outlives the driver
+  but the hosts' name tables (small files), which the next deployment on the machine removes.
   Addresses are private (``10.200.0.0/13``), picked so as not to overlap any route of this
   machine, and used only inside these namespaces.
 
@@ -66,6 +67,8 @@ _FIFO_PACKETS = 100_000
 _FRAME_BYTES = 1514
 _TOOLS = ("ip", "tc", "unshare", "nsenter")
 _IDS = itertools.count()
+#: Hosts' name tables, ``<driver pid>-<tag>-*``: a killed driver's are removed by the next start.
+_NAME_TABLES = Path(tempfile.gettempdir()) / "bagpipe-netns"
 DRIVER_HOST = "driver"  # the driver's name in every host's name table
 
 
@@ -290,6 +293,7 @@ class NamespaceHosts:
     def start(self) -> None:
         """Build the hosts and plug them into the switch; on any failure, remove them all."""
         try:
+            _remove_orphaned_name_tables()
             addresses = self.switch.allocate(len(self.nics))
             for host, address in zip(self.nics, addresses, strict=True):
                 self._holders[host] = _holder()
@@ -334,6 +338,12 @@ class NamespaceHosts:
         if self._closed:
             return
         self._closed = True
+        # A veth end in the switch outlives its peer's namespace here (gVisor): delete the pair.
+        switch = self.switch.holder
+        if switch is not None and switch.poll() is None:
+            for switch_end in self._switch_ends.values():
+                with contextlib.suppress(subprocess.CalledProcessError):
+                    _in(switch.pid, "ip", "link", "del", switch_end)
         for proc in self._holders.values():
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
@@ -347,7 +357,8 @@ class NamespaceHosts:
     def _write_name_table(self) -> Path:
         """The ``/etc/hosts`` every host sees: the loopback, the driver and every host by name,
         each address also in its IPv4-mapped IPv6 form (how a dual-stack listener sees a peer)."""
-        fd, path = tempfile.mkstemp(prefix=f"bagpipe-hosts-{self._tag}-")
+        _NAME_TABLES.mkdir(exist_ok=True)
+        fd, path = tempfile.mkstemp(prefix=f"{os.getpid()}-{self._tag}-", dir=_NAME_TABLES)
         names = {"127.0.0.1": "localhost", self.driver_address: DRIVER_HOST,
                  **{address: host for host, address in self._addresses.items()}}
         lines = [f"{prefix}{address}\t{name}" for address, name in names.items()
@@ -422,6 +433,15 @@ def _run(*cmd: str) -> str:
 def _in(pid: int, *cmd: str) -> str:
     """Run a command in the network namespace of process ``pid``."""
     return _run("nsenter", f"--net=/proc/{pid}/ns/net", *cmd)
+
+
+def _remove_orphaned_name_tables() -> None:
+    """Remove the name tables of drivers that are gone (a ``SIGKILL`` cannot clean up after
+    itself; a role that still mounts one keeps its copy until it exits)."""
+    for path in _NAME_TABLES.glob("*-*") if _NAME_TABLES.is_dir() else ():
+        pid = path.name.split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            path.unlink(missing_ok=True)
 
 
 def _wait_for_holders(holders: Mapping[str, subprocess.Popen[bytes]]) -> None:

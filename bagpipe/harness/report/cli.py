@@ -39,6 +39,7 @@ from bagpipe.harness.report import (
 )
 from bagpipe.harness.report.loading import (
     RunsTable,
+    UncleanResultsError,
     sweeps,
     table_from_csv,
     table_from_mlflow,
@@ -69,7 +70,7 @@ def _fig7(args: argparse.Namespace) -> list[Path]:
         runs = table_from_mlflow(args.from_mlflow, args.experiment, fig7.SUITE)
     else:
         runs = table_from_sweep(_sweep(args), args.reference)
-    fig7.report(runs, args.reference, _outputs(args))
+    fig7.report(runs, args.reference, _outputs(args), allow_unclean=args.allow_unclean)
     return [runs.sweep] if runs.sweep is not None else []
 
 
@@ -153,6 +154,8 @@ def parser() -> argparse.ArgumentParser:
     headline.add_argument("--csv", type=Path, help="re-render from a tidy CSV written earlier")
     headline.add_argument("--from-mlflow", metavar="TRACKING_URI", help="read runs from MLflow")
     headline.add_argument("--experiment", default="bagpipe-harness")
+    headline.add_argument("--allow-unclean", action="store_true",
+                          help="draw runs from several commits or a dirty tree, marked as a draft")
     suite("datasets", _datasets, "E2: iteration time and speedup by system and dataset (each "
           "dataset's newest sweep)", parents=(swept, compared))
     data = suite("skew", _skew, "E4: share of lookups against share of rows", parents=[written])
@@ -173,7 +176,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    read = args.draw(args)
+    try:
+        read = args.draw(args)
+    except UncleanResultsError as err:
+        print(f"[report] refused: {err}", file=sys.stderr)
+        return 1
     out = _outputs(args)
     attach_to_sweeps(read, [out.figure(args.suite), out.page(args.suite)])
     return 0

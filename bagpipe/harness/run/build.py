@@ -91,13 +91,17 @@ def _optim(cfg: DictConfig) -> OptimConfig:
 
 def network_config(cfg: DictConfig) -> NetworkConfig:
     """The run's network: the chosen topology with the run's trainer count, its back-end (``auto``
-    resolved for this machine) and dilation."""
+    resolved for this machine) and a fixed dilation. ``dilation: auto`` needs the dataset's schema
+    and a measurement, so the job resolves it (:func:`bagpipe.harness.run.dilation.calibrated`)
+    and replaces the factor 1 left here."""
     from bagpipe.core.net import NetworkConfig, Topology, resolve_backend
+    from bagpipe.harness.run.dilation import parse_dilation
 
     topology = Topology.from_dict(plain(cfg.topology)).with_counts(trainers=int(cfg.trainers))
     backend = cfg.network.backend
     name = backend.value if hasattr(backend, "value") else str(backend)
-    return NetworkConfig(resolve_backend(name), topology, float(cfg.network.dilation))
+    factor = parse_dilation(cfg.network.dilation)
+    return NetworkConfig(resolve_backend(name), topology, 1.0 if factor is None else factor)
 
 
 def _loop(cfg: DictConfig) -> RunConfig:

@@ -20,6 +20,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
+from bagpipe.harness.run.blocks import interleaved_blocks
 from bagpipe.harness.run.build import JobConfigError, check_job
 from bagpipe.harness.track.mlflow_runs import (
     end_parent_run,
@@ -32,12 +33,16 @@ from bagpipe.harness.track.sweeps import RUNS_CSV, add_speedups, runs_frame
 
 
 def sweep_jobs(config: DictConfig) -> list[list[str]]:
-    """The override list of every job the basic sweeper will launch, in launch order."""
-    params = config.hydra.sweeper.get("params") or {}
+    """The override list of every job the sweeper will launch, in launch order (the ``blocks``
+    sweeper's interleaved order when it is the configured one)."""
+    sweeper = config.hydra.sweeper
+    params = sweeper.get("params") or {}
     arguments = [f"{k}={v}" for k, v in params.items()]
     arguments += list(config.hydra.overrides.task)
     overrides = OverridesParser.create().parse_overrides(arguments)
     (jobs,) = BasicSweeper.split_arguments(overrides, max_batch_size=None)
+    if "block_key" in sweeper:
+        return interleaved_blocks(jobs, str(sweeper.block_key), int(sweeper.order_seed))
     return jobs
 
 

@@ -17,6 +17,7 @@ mode), and the launcher's ``tasks_per_node``/``nodes`` give it those ranks.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
@@ -41,10 +42,13 @@ from bagpipe.harness.track.record import ARTIFACTS_DIR, RECORD_FILE, RunRecord
 from bagpipe.harness.track.workspace import git_sha, slurm_job_id
 
 if TYPE_CHECKING:  # torch is imported inside the job, not when Hydra composes a sweep
+    from bagpipe.core.batch import DatasetSchema
     from bagpipe.core.checkpoint import CheckpointStore
     from bagpipe.core.interface import TrainContext
+    from bagpipe.core.net import NetworkConfig
     from bagpipe.core.source import BatchSource
     from bagpipe.harness.run.runner import RunConfig, RunResult
+    from bagpipe.models import ModelConfig
 
 SUITES_DIR = Path(os.environ.get("BAGPIPE_SUITES", Path(__file__).resolve().parents[3] / "suites"))
 
@@ -165,7 +169,7 @@ def execute(
     mllog = _open_mllog(cfg, paths, tags)
     steps = _StepLog()
     try:
-        job = _prepare(cfg, paths, tags)
+        job = _prepare(cfg, paths, tags, record)
         batch_size = int(cfg.run.batch_size)
         mllog.set_samples(len(job.ctx.source) * batch_size, len(job.eval_source) * batch_size)
         result = _train(cfg, job, [mllog, steps], stop_requested)
@@ -235,7 +239,7 @@ class _Job:
     store: CheckpointStore | None
 
 
-def _prepare(cfg: DictConfig, paths: RunPaths, tags: dict[str, str]) -> _Job:
+def _prepare(cfg: DictConfig, paths: RunPaths, tags: dict[str, str], record: RunRecord) -> _Job:
     """Build the dataset, the model and optimiser configs, the context and the checkpoint store."""
     import torch
     from hydra.utils import get_class
@@ -247,6 +251,7 @@ def _prepare(cfg: DictConfig, paths: RunPaths, tags: dict[str, str]) -> _Job:
     torch.set_num_threads(int(run.torch_threads))
     parts = build_parts(cfg)
     dataset = make_dataset(parts.dataset)
+    network = _dilated(cfg, parts.network, parts.model, dataset.schema, paths, record)
     system_class = get_class(str(cfg.system._target_))
     resumable = issubclass(system_class, System) and system_class.supports_resume
     store = _checkpoint_store(cfg, paths, tags, resumable)
@@ -257,10 +262,28 @@ def _prepare(cfg: DictConfig, paths: RunPaths, tags: dict[str, str]) -> _Job:
         global_batch_size=int(run.batch_size),
         seed=int(cfg.seed),
         source=dataset.train(int(run.batch_size), int(run.steps)),
-        network=parts.network,
+        network=network,
         workdir=paths.run_dir,
     )
     return _Job(ctx, dataset.eval(int(run.batch_size), int(run.eval_batches)), parts.run, store)
+
+
+def _dilated(cfg: DictConfig, network: NetworkConfig, model: ModelConfig, schema: DatasetSchema,
+             paths: RunPaths, record: RunRecord) -> NetworkConfig:
+    """The run's network with ``dilation: auto`` resolved (once per sweep and model, in the sweep
+    directory), the factor and its compute times in the record's params and ``dilation`` tag."""
+    from bagpipe.harness.run.dilation import Dilation, calibrated, parse_dilation
+
+    if parse_dilation(cfg.network.dilation) is None:
+        dilation = calibrated(model, schema, network.topology, int(cfg.run.batch_size),
+                              int(cfg.run.torch_threads),
+                              (paths.sweep_dir or paths.run_dir) / "dilation")
+        network = dataclasses.replace(network, dilation=dilation.factor)
+    else:
+        dilation = Dilation(network.dilation)
+    record.params.update(dilation.as_params())
+    record.tags["dilation"] = f"{dilation.factor:.4g}"
+    return network
 
 
 def _train(cfg: DictConfig, job: _Job, callbacks: list[object],

@@ -1,0 +1,170 @@
+"""The Meter: the one place that counts bytes, rows, cache hits and phase times.
+
+Every system charges the same Meter through the same helpers, so byte counts are comparable across
+systems and exact (taken from tensor sizes, never estimated). Each process (trainer, embedding server,
+driver) owns one Meter; per-iteration :class:`StepRecord` objects are merged with ``+`` when the
+driver gathers them from the roles.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class LinkKind(StrEnum):
+    """What a transfer carried, i.e. which column of the byte accounting it lands in."""
+
+    EMB_PULL = "emb_pull"  # embedding rows server -> trainer
+    EMB_PUSH = "emb_push"  # embedding rows / gradients trainer -> server
+    EMB_META = "emb_meta"  # keys, versions and counts sent beside rows (HET's read/write metadata)
+    ALLREDUCE = "allreduce"  # collective among trainers (dense grads, cached-row grads)
+    ALLTOALL = "alltoall"  # model-parallel exchange (TorchRec)
+    H2D = "h2d"  # host <-> device copies (FAE hot/cold swaps, cold-batch activations)
+    DATA = "data"  # input batches and plans sent to trainers (the loader's traffic)
+    CONTROL = "control"  # any other message between two roles (untagged calls)
+
+
+class Phase(StrEnum):
+    """Where the wall time of one iteration goes (the paper's breakdown)."""
+
+    DATA = "data"
+    FETCH_WAIT = "fetch_wait"
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    SYNC = "sync"
+    OPTIMIZER = "optimizer"
+
+
+@dataclass
+class StepRecord:
+    """What one role measured during one iteration. Records of several roles sum with ``+``.
+
+    Byte and row counts add up across roles (total traffic of the iteration). Phase times are kept
+    per role by the caller; summing them only makes sense for records of the same role.
+    """
+
+    bytes_sent: dict[str, int] = field(default_factory=dict)
+    rows_sent: dict[str, int] = field(default_factory=dict)
+    phase_s: dict[str, float] = field(default_factory=dict)
+    cache_hits: int = 0
+    cache_misses: int = 0
+    counters: dict[str, float] = field(default_factory=dict)
+
+    def __add__(self, other: StepRecord) -> StepRecord:
+        return StepRecord(
+            bytes_sent=_merge(self.bytes_sent, other.bytes_sent),
+            rows_sent=_merge(self.rows_sent, other.rows_sent),
+            phase_s=_merge(self.phase_s, other.phase_s),
+            cache_hits=self.cache_hits + other.cache_hits,
+            cache_misses=self.cache_misses + other.cache_misses,
+            counters=_merge(self.counters, other.counters),
+        )
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.bytes_sent.values())
+
+    @property
+    def hit_rate(self) -> float | None:
+        looked_up = self.cache_hits + self.cache_misses
+        return self.cache_hits / looked_up if looked_up else None
+
+    def flat(self) -> dict[str, float]:
+        """One flat ``name -> value`` dict, the shape MLflow metrics and CSV rows want."""
+        out: dict[str, float] = {}
+        out.update({f"bytes_{k}": float(v) for k, v in self.bytes_sent.items()})
+        out.update({f"rows_{k}": float(v) for k, v in self.rows_sent.items()})
+        out.update({f"time_{k}_s": v for k, v in self.phase_s.items()})
+        out.update(self.counters)
+        if self.hit_rate is not None:
+            out["cache_hits"] = float(self.cache_hits)
+            out["cache_misses"] = float(self.cache_misses)
+            out["hit_rate"] = self.hit_rate
+        return out
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for key, value in b.items():
+        out[key] = out.get(key, 0) + value
+    return out
+
+
+class Meter:
+    """Per-process accumulator of traffic, cache and timing for the iteration in progress.
+
+    Example::
+
+        meter = Meter()
+        with meter.phase(Phase.FORWARD):
+            logits = model(batch)
+        meter.add_traffic(LinkKind.EMB_PULL, rows.numel() * rows.element_size(), rows=len(ids))
+        record = meter.end_step()   # closes the iteration, starts the next one
+    """
+
+    def __init__(self) -> None:
+        self._current = _OpenRecord()
+        self.records: list[StepRecord] = []
+
+    def add_traffic(self, kind: LinkKind | str, nbytes: int, rows: int = 0) -> None:
+        self._current.bytes_sent[str(kind)] += int(nbytes)
+        if rows:
+            self._current.rows_sent[str(kind)] += int(rows)
+
+    def add_cache(self, hits: int, misses: int) -> None:
+        self._current.hits += int(hits)
+        self._current.misses += int(misses)
+
+    def add_phase_time(self, phase: Phase | str, seconds: float) -> None:
+        self._current.phase_s[str(phase)] += seconds
+
+    def count(self, name: str, value: float = 1.0) -> None:
+        """A system-specific counter (e.g. ``rows_sync_now``), summed over the iteration."""
+        self._current.counters[name] += value
+
+    @contextmanager
+    def phase(self, phase: Phase | str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add_phase_time(phase, time.perf_counter() - start)
+
+    def end_step(self) -> StepRecord:
+        record = self._current.freeze()
+        self.records.append(record)
+        self._current = _OpenRecord()
+        return record
+
+    def total(self) -> StepRecord:
+        out = StepRecord()
+        for record in self.records:
+            out = out + record
+        return out
+
+
+class _OpenRecord:
+    """The mutable record of the iteration in progress (defaultdicts, cheap to bump)."""
+
+    def __init__(self) -> None:
+        self.bytes_sent: defaultdict[str, int] = defaultdict(int)
+        self.rows_sent: defaultdict[str, int] = defaultdict(int)
+        self.phase_s: defaultdict[str, float] = defaultdict(float)
+        self.counters: defaultdict[str, float] = defaultdict(float)
+        self.hits = 0
+        self.misses = 0
+
+    def freeze(self) -> StepRecord:
+        return StepRecord(
+            bytes_sent=dict(self.bytes_sent),
+            rows_sent=dict(self.rows_sent),
+            phase_s=dict(self.phase_s),
+            cache_hits=self.hits,
+            cache_misses=self.misses,
+            counters=dict(self.counters),
+        )

@@ -1,0 +1,151 @@
+"""Per-process role state: who this process is, its Meter, and its end of the wire.
+
+Every process of a multi-process system (the driver and each role spawned by
+:class:`bagpipe.core.roles.Deployment`) holds one :class:`RoleRuntime`: its role name, its
+:class:`~bagpipe.core.meter.Meter` and its :class:`~bagpipe.core.net.wire.Wire`. The Deployment
+initialises it in every process before any role object is built, so role code simply calls
+:func:`current`.
+
+Systems never charge or delay traffic themselves: every message between roles goes through the
+role layer and every collective through ``bagpipe.core.collectives``, which hand it to the wire
+(``bagpipe.core.net.wire``: one rule for counting, one for delaying, for every system). What a
+role does with its runtime is measure its own work::
+
+    rt = runtime.current()
+    with rt.meter.phase(Phase.FORWARD):
+        logits = model(dense, pooled)
+    rt.meter.count("rows_prefetched", len(ids))
+    record = rt.meter.end_step()
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from bagpipe.core.meter import Meter, StepRecord
+from bagpipe.core.net.fairshare import SharedNics
+from bagpipe.core.net.wire import DRIVER, NetworkConfig, Wire
+
+__all__ = [
+    "DRIVER",
+    "RoleRuntime",
+    "current",
+    "error_report_path",
+    "init",
+    "is_initialised",
+    "merge_trainer_records",
+    "nbytes",
+    "report_failure",
+    "start_thread",
+]
+
+
+@dataclass
+class RoleRuntime:
+    """What one process knows about itself: its role, its Meter and its end of the wire.
+
+    ``error_dir`` is where a role writes the traceback of a failure that happens outside an RPC
+    call (a background thread): the driver watches it and fails the run naming the role.
+    """
+
+    role: str
+    network: NetworkConfig
+    nics: SharedNics | None = None
+    meter: Meter = field(default_factory=Meter)
+    wire: Wire = field(init=False)
+    error_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        self.wire = Wire(self.role, self.network, self.meter, self.nics)
+
+
+_STATE: RoleRuntime | None = None
+
+
+def init(
+    role: str,
+    network: NetworkConfig | None = None,
+    error_dir: Path | None = None,
+    nics: SharedNics | None = None,
+) -> RoleRuntime:
+    """Install this process's runtime (the Deployment does it; tests may too). Replaces any old one.
+
+    ``network`` defaults to the ``real`` back-end (nothing emulated).
+    """
+    global _STATE
+    _STATE = RoleRuntime(
+        role=role, network=network or NetworkConfig(), nics=nics, error_dir=error_dir
+    )
+    return _STATE
+
+
+def is_initialised() -> bool:
+    return _STATE is not None
+
+
+def current() -> RoleRuntime:
+    """This process's runtime; raises if no Deployment (or test) initialised it."""
+    if _STATE is None:
+        raise RuntimeError(
+            "bagpipe.core.runtime is not initialised in this process: role objects must be built "
+            "through Deployment.remote(...), or call runtime.init(role) first"
+        )
+    return _STATE
+
+
+def nbytes(*tensors: torch.Tensor) -> int:
+    """Exact payload size of ``tensors`` in bytes."""
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def merge_trainer_records(records: Sequence[StepRecord]) -> StepRecord:
+    """One iteration's record from the T trainers' records: traffic and counters summed over
+    trainers, phase times as trainer 0 (``records[0]``) saw them (summing times makes no sense)."""
+    merged = StepRecord()
+    for record in records:
+        merged = merged + record
+    merged.phase_s = dict(records[0].phase_s) if records else {}
+    return merged
+
+
+def report_failure(exc: BaseException) -> None:
+    """Record a failure that no RPC caller will see (e.g. in a background thread).
+
+    The driver's Deployment notices the report within ~0.1 s and raises ``RoleFailedError`` with this
+    traceback from ``Deployment.wait``. Outside a Deployment (no error dir) the exception is re-raised.
+    """
+    state = current()
+    text = "".join(traceback.format_exception(exc))
+    if state.error_dir is None:
+        raise exc
+    tmp = state.error_dir / f".{state.role}.tmp"
+    tmp.write_text(text)
+    tmp.replace(error_report_path(state.error_dir, state.role))  # never seen half-written
+
+
+def error_report_path(error_dir: Path, role: str) -> Path:
+    """Where ``role`` reports a failure: its formatted traceback, as plain text.
+
+    :func:`report_failure` writes it; the driver's Deployment reads it (``roles.failures``).
+    """
+    return error_dir / f"{role}.err"
+
+
+def start_thread(target: Callable[[], None], name: str) -> threading.Thread:
+    """Start a daemon thread whose exception is reported to the driver instead of being lost."""
+
+    def run() -> None:
+        try:
+            target()
+        except BaseException as exc:
+            report_failure(exc)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,170 @@
+"""``python -m bagpipe.harness.report <suite> [options]``: one command for every report.
+
+Suites (bagpipe.md §5.3), each writing ``results/<suite>/`` and ``reports/<suite>.{png,md}``:
+
+* ``fig7`` (E1): iteration time and speedup by system and model, from the latest ``multirun/fig7``
+  sweep, an MLflow store (``--from-mlflow URI``) or a tidy CSV (``--csv``);
+* ``skew`` (E4, pure data): share of lookups against share of rows (``--file kind:path[:preset]``
+  adds a real file);
+* ``breakdown`` (E3): where an iteration's time goes, per system;
+* ``convergence`` (E13): AUC against steps and wall time, HET at several bounds beside;
+* ``costmodel``: every system's exact bytes priced on described topologies (``--topology FILE``);
+* ``lookahead``, ``capacity``, ``cleanup``, ``skew_sensitivity``, ``scaling``, ``ablation``: one
+  swept knob each.
+
+A suite that needs a sweep reads the latest one under ``--multirun-root`` unless ``--sweep-dir``
+names one; ``nox -s reproduce -- <suite>`` runs the sweeps first. The figure and the page are then
+attached to the MLflow parent run of every sweep read (if it was tracked), beside its ``runs.csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from mlflow.exceptions import MlflowException
+
+from bagpipe.harness.report import breakdown, convergence, fig7, projection, sensitivity, skew
+from bagpipe.harness.report.loading import (
+    RunsTable,
+    UncleanResultsError,
+    sweeps,
+    table_from_csv,
+    table_from_mlflow,
+    table_from_sweep,
+)
+from bagpipe.harness.report.plotting import Outputs
+from bagpipe.harness.track.mlflow_runs import TrackingUnavailableError, log_to_parent
+
+#: Draws a suite's report; returns the sweep directories it read (none: a CSV, a store, pure data).
+Draw = Callable[[argparse.Namespace], list[Path]]
+
+
+def _outputs(args: argparse.Namespace) -> Outputs:
+    return Outputs(args.results_dir, args.reports_dir)
+
+
+def _sweep(args: argparse.Namespace) -> Path:
+    """``--sweep-dir``, or the latest sweep of the suite being reported."""
+    (sweep,) = sweeps(args.multirun_root, args.suite, args.sweep_dir)
+    return sweep
+
+
+def _fig7(args: argparse.Namespace) -> list[Path]:
+    runs: RunsTable
+    if args.csv is not None:
+        runs = table_from_csv(args.csv)
+    elif args.from_mlflow:
+        runs = table_from_mlflow(args.from_mlflow, args.experiment, fig7.SUITE)
+    else:
+        runs = table_from_sweep(_sweep(args), args.reference)
+    fig7.report(runs, args.reference, _outputs(args), allow_unclean=args.allow_unclean)
+    return [runs.sweep] if runs.sweep is not None else []
+
+
+def _skew(args: argparse.Namespace) -> list[Path]:
+    skew.report(_outputs(args), args.scale, args.samples, args.file)
+    return []
+
+
+def _breakdown(args: argparse.Namespace) -> list[Path]:
+    sweep = _sweep(args)
+    breakdown.report(sweep, _outputs(args))
+    return [sweep]
+
+
+def _convergence(args: argparse.Namespace) -> list[Path]:
+    found = sweeps(args.multirun_root, convergence.SUITE, args.sweep_dir, convergence.COMPANIONS)
+    convergence.report(found, _outputs(args))
+    return found
+
+
+def _costmodel(args: argparse.Namespace) -> list[Path]:
+    sweep = _sweep(args)
+    projection.report(sweep, _outputs(args), args.topology or projection.DEFAULT_TOPOLOGIES)
+    return [sweep]
+
+
+def _sensitivity(args: argparse.Namespace) -> list[Path]:
+    sweep = _sweep(args)
+    sensitivity.report(args.suite, sweep, _outputs(args))
+    return [sweep]
+
+
+def attach_to_sweeps(sweep_dirs: Sequence[Path], files: Sequence[Path]) -> None:
+    """``files`` (a report's figure and page) as artifacts of each sweep's MLflow parent run, so
+    the sweep's page in the UI shows what was drawn from it; a sweep run without tracking, or a
+    store that does not answer, is said and skipped."""
+    present = [path for path in files if path.exists()]
+    for sweep in sweep_dirs:
+        try:
+            run_id = log_to_parent(sweep, present)
+        except (TrackingUnavailableError, MlflowException, OSError) as err:
+            print(f"[report] not attached to the MLflow parent run of {sweep}: {err}")
+            continue
+        if run_id is None:
+            print(f"[report] {sweep} has no MLflow parent run (tracking was off); nothing attached")
+        else:
+            print(f"[report] {', '.join(p.name for p in present)} attached to MLflow run {run_id} "
+                  f"(the parent of {sweep})")
+
+
+def parser() -> argparse.ArgumentParser:
+    """One sub-command per suite, each with only the options it reads."""
+    written = argparse.ArgumentParser(add_help=False)
+    written.add_argument("--results-dir", type=Path, default=Path("results"))
+    written.add_argument("--reports-dir", type=Path, default=Path("reports"))
+    swept = argparse.ArgumentParser(add_help=False, parents=[written])
+    swept.add_argument("--sweep-dir", type=Path, help="default: the latest under --multirun-root")
+    swept.add_argument("--multirun-root", type=Path, default=Path("multirun"))
+
+    top = argparse.ArgumentParser(prog="python -m bagpipe.harness.report", description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    suites = top.add_subparsers(dest="suite", required=True, metavar="suite")
+
+    def suite(name: str, draw: Draw, summary: str,
+              parents: Sequence[argparse.ArgumentParser] = (swept,)) -> argparse.ArgumentParser:
+        command = suites.add_parser(name, parents=list(parents), help=summary, description=summary)
+        command.set_defaults(draw=draw)
+        return command
+
+    headline = suite("fig7", _fig7, "E1: iteration time and speedup by system and model")
+    headline.add_argument("--csv", type=Path, help="re-render from a tidy CSV written earlier")
+    headline.add_argument("--from-mlflow", metavar="TRACKING_URI", help="read runs from MLflow")
+    headline.add_argument("--experiment", default="bagpipe-harness")
+    headline.add_argument("--reference", default="sync_ps",
+                          help="system speedups are measured against")
+    headline.add_argument("--allow-unclean", action="store_true",
+                          help="draw runs from several commits or a dirty tree, marked as a draft")
+    data = suite("skew", _skew, "E4: share of lookups against share of rows", parents=[written])
+    data.add_argument("--scale", type=float, default=0.001, help="synthetic scale")
+    data.add_argument("--samples", type=int, default=65536, help="examples per dataset")
+    data.add_argument("--file", action="append", default=[], metavar="KIND:PATH[:PRESET]",
+                      help="also a real file (kind criteo_tsv, avazu_csv, jsonl)")
+    suite("breakdown", _breakdown, "E3: where an iteration's time goes, per system")
+    suite("convergence", _convergence, "E13: AUC against steps and against wall time")
+    priced = suite("costmodel", _costmodel, "every system's exact bytes priced on a topology")
+    priced.add_argument("--topology", action="append", type=Path, metavar="YAML",
+                        help="a topology file to project onto (repeatable; default: "
+                             + " and ".join(str(p) for p in projection.DEFAULT_TOPOLOGIES) + ")")
+    for name, spec in sensitivity.SENSITIVITIES.items():
+        suite(name, _sensitivity, f"{spec.family}: {spec.title}")
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        read = args.draw(args)
+    except UncleanResultsError as err:
+        print(f"[report] refused: {err}", file=sys.stderr)
+        return 1
+    out = _outputs(args)
+    attach_to_sweeps(read, [out.figure(args.suite), out.page(args.suite)])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

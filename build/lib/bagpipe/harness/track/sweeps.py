@@ -1,0 +1,98 @@
+"""A sweep's runs as one table: the order systems and models are shown in, the newest sweep of a
+suite, one tidy row per run, and speedups over a reference system.
+
+Both sides read these: closing a sweep (:mod:`bagpipe.harness.run.sweep`) writes the table and the
+speedups into the records, and every report (:mod:`bagpipe.harness.report`) reads them back, so the
+columns, the pairing of runs and the ordering are defined once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from bagpipe.harness.track.record import RunRecord, find_records
+
+#: The tidy table a sweep (and the fig7 report) writes: one row per run.
+RUNS_CSV = "runs.csv"
+#: The order systems are drawn and tabulated in (baselines first, Bagpipe last).
+SYSTEM_ORDER = ("local", "sync_ps", "fae", "het", "torchrec", "bagpipe")
+MODEL_ORDER = ("dlrm", "wdl", "deepfm", "dcn")
+
+
+def in_order(values: Iterable[str], preferred: Sequence[str]) -> list[str]:
+    """The distinct ``values``: those in ``preferred`` first, in its order, then the others as met."""
+    present = list(dict.fromkeys(values))
+    return [v for v in preferred if v in present] + [v for v in present if v not in preferred]
+
+
+def latest_sweep(root: Path, suite: str) -> Path:
+    """The newest sweep directory of ``suite`` under ``root`` (``multirun/<suite>/<stamp>``)."""
+    candidates = sorted(p for p in (root / suite).glob("*") if p.is_dir() and find_records(p))
+    if not candidates:
+        raise FileNotFoundError(f"no sweep of suite {suite!r} with run records under {root / suite}")
+    return candidates[-1]
+
+
+def speedup_key(reference: str) -> str:
+    return f"speedup_vs_{reference}"
+
+
+def add_speedups(records: Sequence[RunRecord], reference: str) -> int:
+    """Set ``speedup_vs_<reference>`` (reference iteration time / own) where a reference run exists.
+
+    Returns how many runs got one. A run without a matching finished reference run gets none.
+    """
+    key = speedup_key(reference)
+    reference_time = {
+        _identity(r)[1:]: r.summary["iter_time_mean_s"]
+        for r in records
+        if r.tags.get("system") == reference and r.status == "FINISHED"
+        and r.summary.get("iter_time_mean_s")
+    }
+    count = 0
+    for record in records:
+        ref_time = reference_time.get(_identity(record)[1:])
+        own_time = record.summary.get("iter_time_mean_s")
+        if ref_time and own_time and record.status == "FINISHED":
+            record.summary[key] = ref_time / own_time
+            count += 1
+    return count
+
+
+def _identity(record: RunRecord) -> tuple[str, ...]:
+    """What identifies a run within a suite: system, model, dataset and seed. Speedups compare
+    runs that agree on all but ``system``."""
+    return (
+        record.tags.get("system", ""),
+        record.tags.get("model", ""),
+        record.tags.get("dataset", ""),
+        record.params.get("seed", ""),
+    )
+
+
+def runs_frame(records: Sequence[RunRecord]) -> pd.DataFrame:
+    """One tidy row per run: identity, status, then every summary metric."""
+    rows = []
+    for record in records:
+        system, model, dataset, seed = _identity(record)
+        rows.append(
+            {
+                "system": system,
+                "model": model,
+                "dataset": dataset,
+                "seed": int(seed) if seed else 0,
+                "suite": record.tags.get("suite", ""),
+                "status": record.status,
+                "run_name": record.run_name,
+                "git_sha": record.tags.get("git_sha", "unknown"),
+                **{k: v for k, v in record.params.items() if k.startswith("dilation.")},
+                **record.summary,
+            }
+        )
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        frame = frame.sort_values(["model", "system", "seed"], kind="stable").reset_index(drop=True)
+    return frame

@@ -1,0 +1,222 @@
+"""The trainer-side embedding cache of Bagpipe: logically replicated, physically partitioned (LRPP).
+
+One :class:`TrainerCache` lives in every trainer. It holds embedding rows addressed by *global row id*
+(``schema.table_offsets[f] + row``) in one ``[capacity, D]`` tensor::
+
+    slot       0    1    2    3    4        capacity = 5, D = table_dim
+    occupied   T    F    T    T    F        empty slots are a mask, never a -1 sentinel
+    slot_id    17   .    3    42   .        global id held by each occupied slot
+    stale      F    .    T    F    .        a row another trainer updated as a singleton
+
+The id -> slot map is two sorted tensors (``resident_ids``, ``resident_slots``) rebuilt from the slot
+arrays after every install/evict, so a lookup of N ids is one ``searchsorted``: no per-row Python.
+
+*Logically replicated*: every trainer holds every row the global batch uses in the current window and
+applies the *summed* gradient of all trainers, so shared rows are bit-identical on all replicas.
+*Physically partitioned*: a singleton row (used by one example and not again within the lookahead) is
+fetched, held and updated only by the trainer that owns that example; a non-owner that happens to hold
+an older copy marks it stale (:meth:`mark_stale`) and must not read it again until it is refetched
+(the oracle evicts such rows at the first eligible round). The write-back of evicted rows is split by
+``RoundPlan.writeback_owner``: each evicted row is written back by exactly one trainer, which holds its
+final value (the fix of the original's write-back partition bug, reference §6 item 10).
+
+All methods take a lock: the round-plan thread installs and evicts rows while the training thread
+gathers and updates others. Operations are short vectorised tensor ops, so the lock is never held
+across network time.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import torch
+
+
+class CacheError(RuntimeError):
+    """The cache was asked for something a correct plan never asks (a bug in the plan or its use)."""
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """Where ids live in the cache: ``slots[j]`` is meaningful only where ``found[j]``."""
+
+    slots: torch.Tensor
+    found: torch.Tensor
+
+
+class TrainerCache:
+    """Embedding rows of one trainer, addressed by global row id.
+
+    Args:
+        capacity: slots (rows). ``None`` starts small and doubles when an install needs more room
+            (no capacity was planned for); an int is a hard limit and overflowing it is an error.
+        dim: row width (the table dim of the model).
+        dtype: row dtype.
+    """
+
+    _INITIAL_UNBOUNDED_SLOTS = 1024
+
+    def __init__(self, capacity: int | None, dim: int, dtype: torch.dtype = torch.float32) -> None:
+        if capacity is not None and capacity <= 0:
+            raise ValueError(f"cache capacity must be a positive number of rows, got {capacity}")
+        self.capacity_limit = capacity
+        self.dim = dim
+        slots = capacity if capacity is not None else self._INITIAL_UNBOUNDED_SLOTS
+        self.weights = torch.zeros(slots, dim, dtype=dtype)
+        self.occupied = torch.zeros(slots, dtype=torch.bool)
+        self.stale = torch.zeros(slots, dtype=torch.bool)
+        self.slot_id = torch.zeros(slots, dtype=torch.int64)
+        # Rows installed by a fetch and not read since: the first read of such a row is a "miss".
+        self._fetched_unread = torch.zeros(slots, dtype=torch.bool)
+        self.resident_ids = torch.empty(0, dtype=torch.int64)
+        self.resident_slots = torch.empty(0, dtype=torch.int64)
+        self._lock = threading.RLock()
+
+    # ----------------------------------------------------------------------------- queries
+    @property
+    def num_slots(self) -> int:
+        return self.weights.shape[0]
+
+    def __len__(self) -> int:
+        return int(self.resident_ids.numel())
+
+    def lookup(self, ids: torch.Tensor) -> Lookup:
+        """Slots of ``ids`` (any order, repeats allowed) and which of them are resident."""
+        with self._lock:
+            return self._lookup(ids)
+
+    def contains(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.lookup(ids).found
+
+    def gather(self, ids: torch.Tensor) -> torch.Tensor:
+        """Copies of the rows of ``ids`` ``[N, D]``; every id must be resident and fresh.
+
+        Returns a new tensor (not a view), so the caller may build autograd on it while the cache
+        is updated concurrently.
+        """
+        with self._lock:
+            slots = self._require(ids, "gather")
+            return self.weights.index_select(0, slots)
+
+    def read_for_step(self, ids: torch.Tensor) -> tuple[torch.Tensor, int, int]:
+        """Rows of unique ``ids`` for a training step, plus ``(hits, misses)``.
+
+        A miss is the first read of a row since a fetch installed it (the row needed a fetch for
+        this use); every later read of it is a hit (served by the cache alone).
+        """
+        with self._lock:
+            slots = self._require(ids, "read")
+            misses = int(self._fetched_unread[slots].sum())
+            self._fetched_unread[slots] = False
+            return self.weights.index_select(0, slots), ids.numel() - misses, misses
+
+    def resident(self, include_stale: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(ids, rows)`` of the cached rows, sorted by id; stale copies left out by default."""
+        with self._lock:
+            keep = torch.ones_like(self.resident_ids, dtype=torch.bool)
+            if not include_stale:
+                keep = ~self.stale[self.resident_slots]
+            return self.resident_ids[keep].clone(), self.weights[self.resident_slots[keep]].clone()
+
+    # ----------------------------------------------------------------------------- updates
+    def install(self, ids: torch.Tensor, rows: torch.Tensor) -> None:
+        """Put fetched rows ``rows [N, D]`` for unique, non-resident ``ids`` into free slots."""
+        if ids.numel() == 0:
+            return
+        if rows.shape != (ids.numel(), self.dim):
+            raise ValueError(f"install: rows {tuple(rows.shape)} for {ids.numel()} ids, dim {self.dim}")
+        with self._lock:
+            already = self._lookup(ids).found
+            if bool(already.any()):
+                present = ids[already][:5].tolist()
+                raise CacheError(f"install: ids already resident, e.g. {present}")
+            free = torch.nonzero(~self.occupied).flatten()
+            if free.numel() < ids.numel():
+                self._grow(ids.numel() - free.numel())
+                free = torch.nonzero(~self.occupied).flatten()
+            slots = free[: ids.numel()]
+            self.weights[slots] = rows.to(self.weights.dtype)
+            self.occupied[slots] = True
+            self.stale[slots] = False
+            self._fetched_unread[slots] = True
+            self.slot_id[slots] = ids
+            self._rebuild_map()
+
+    def evict(self, ids: torch.Tensor, writeback: torch.Tensor | None = None) -> torch.Tensor:
+        """Drop whichever of ``ids`` are resident and return the final rows of ``writeback``.
+
+        ``writeback`` (a subset of ``ids``: the rows this trainer writes back) must be resident and
+        fresh here; the other ids may be absent (others' singletons are never fetched here) or
+        stale. Reading and dropping happen under one lock, so no update can slip in between.
+        """
+        with self._lock:
+            rows = (
+                self.weights.index_select(0, self._require(writeback, "write back"))
+                if writeback is not None
+                else self.weights.new_zeros(0, self.dim)
+            )
+            found = self._lookup(ids)
+            slots = found.slots[found.found]
+            self.occupied[slots] = False
+            self.stale[slots] = False
+            self._fetched_unread[slots] = False
+            self._rebuild_map()
+            return rows
+
+    def apply_sgd(self, ids: torch.Tensor, grads: torch.Tensor, lr: float) -> None:
+        """``row -= lr * grad`` for unique resident ``ids`` (the summed gradient of all trainers)."""
+        if ids.numel() == 0:
+            return
+        with self._lock:
+            slots = self._require(ids, "update")
+            self.weights.index_add_(0, slots, grads.to(self.weights.dtype), alpha=-lr)
+
+    def mark_stale(self, ids: torch.Tensor) -> int:
+        """Flag resident copies of ``ids`` that another trainer updates alone (its singletons)."""
+        with self._lock:
+            found = self._lookup(ids)
+            slots = found.slots[found.found]
+            self.stale[slots] = True
+            return int(slots.numel())
+
+    # ----------------------------------------------------------------------------- internals
+    def _lookup(self, ids: torch.Tensor) -> Lookup:
+        ids = ids.to(torch.int64).contiguous()
+        if self.resident_ids.numel() == 0:
+            return Lookup(torch.zeros_like(ids), torch.zeros_like(ids, dtype=torch.bool))
+        pos = torch.searchsorted(self.resident_ids, ids).clamp_(max=self.resident_ids.numel() - 1)
+        found = self.resident_ids[pos] == ids
+        return Lookup(self.resident_slots[pos], found)
+
+    def _require(self, ids: torch.Tensor, what: str) -> torch.Tensor:
+        found = self._lookup(ids)
+        if not bool(found.found.all()):
+            missing = ids[~found.found][:5].tolist()
+            raise CacheError(f"{what}: ids not resident, e.g. {missing} (plan not followed?)")
+        slots = found.slots
+        if bool(self.stale[slots].any()):
+            stale = ids[self.stale[slots]][:5].tolist()
+            raise CacheError(f"{what}: stale copies of other trainers' singletons, e.g. {stale}")
+        return slots
+
+    def _rebuild_map(self) -> None:
+        slots = torch.nonzero(self.occupied).flatten()
+        ids = self.slot_id[slots]
+        order = torch.argsort(ids)
+        self.resident_ids = ids[order]
+        self.resident_slots = slots[order]
+
+    def _grow(self, extra_slots: int) -> None:
+        if self.capacity_limit is not None:
+            raise CacheError(
+                f"cache capacity {self.capacity_limit} rows exceeded by {extra_slots} rows "
+                "(the oracle's plan should never need more; is cache_capacity the planner's?)"
+            )
+        new_slots = max(2 * self.num_slots, self.num_slots + extra_slots)
+        grow = new_slots - self.num_slots
+        self.weights = torch.cat([self.weights, self.weights.new_zeros(grow, self.dim)])
+        self.occupied = torch.cat([self.occupied, self.occupied.new_zeros(grow)])
+        self.stale = torch.cat([self.stale, self.stale.new_zeros(grow)])
+        self._fetched_unread = torch.cat([self._fetched_unread, self._fetched_unread.new_zeros(grow)])
+        self.slot_id = torch.cat([self.slot_id, self.slot_id.new_zeros(grow)])

@@ -1,0 +1,370 @@
+"""A Bagpipe trainer: the critical path of one iteration, and the cache rounds behind it.
+
+One :class:`BagpipeTrainer` lives in each trainer process (``trainer_<k>``). It holds a replica of the
+dense model and a :class:`~bagpipe.lrpp.cache.TrainerCache`, receives the oracle's plans
+(:class:`~bagpipe.oracle.plan.StepPlan`, :class:`~bagpipe.oracle.plan.RoundPlan`) ahead of time, and
+trains on slice ``k`` of every global batch.
+
+Critical path of step ``n`` (``train_step``)::
+
+    [wait round n/ci installed, if n starts a round]  FETCH_WAIT (0 when the prefetch kept up)
+    gather rows of the slice from the cache           FORWARD
+    forward, backward                                 FORWARD, BACKWARD
+      DDP all-reduces the dense gradients as backward makes them; the last bucket also
+      carries sync_now_n's row gradients (one collective, SUM)
+    wait sync_later_{n-1} all-reduce (started at n-1) SYNC  (normally long done)
+    SGD: cache rows (sync_now_n, own singletons_n, sync_later_{n-1}), dense   OPTIMIZER
+    start all-reduce(sync_later_n), async             -> applied at step n+1
+
+Background, one thread (``bagpipe-rounds``): round ``r`` starts when step ``(r-1)*ci`` starts and runs
+evict -> write back own share -> (server-side read-after-write barrier) -> prefetch -> install.
+
+**Ablations** (:class:`Design`; each one keeps training exact, only the cost moves). They re-read
+the oracle's plans; the oracle plans the same stream whatever the knobs say:
+
+* ``sync_later=False``: a step's ``sync_later`` rows join its ``sync_now`` all-reduce on the
+  critical path (no collective left to overlap the next step); their update lands one step earlier,
+  which no read sees, since step ``n+1`` does not use them;
+* ``prefetch=False``: rounds only evict and write back; each step fetches the rows of its round's
+  prefetch list that it is the first to use, on the critical path (``FETCH_WAIT``) right before it
+  trains, after the round's read-after-write barrier like any fetch of that round. A later fetch
+  reads the same value as the prefetch would have: no trainer holds a row of the list, and round
+  ``r+1``'s evictions (running meanwhile) only take rows last used before step ``r*ci - 1``;
+* ``partition=False``: pure logical replication: singleton rows become ``sync_later`` rows (held,
+  fetched and updated by every trainer, all-reduced); every trainer fetches every prefetched row.
+  The oracle still writes a former singleton back from its last user, which holds the final value
+  like every replica does.
+
+**Collectives and threads (gloo).** All collectives are issued by the training thread, in the same
+order on every trainer, on the one trainer group: ``sync_now`` blocking, ``sync_later`` as an async
+op whose handle is waited at the next step. gloo runs outstanding async ops of one group in issue
+order, so no two threads ever issue collectives on one group. The round thread uses no collective:
+its barrier lives in the embedding-server shards (``bagpipe.lrpp.server``), which is also where the
+original put it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from bagpipe.core import collectives, runtime
+from bagpipe.core.collectives import FusedTail
+from bagpipe.core.interface import TrainerSpec
+from bagpipe.core.meter import LinkKind, Phase, StepRecord
+from bagpipe.core.roles import Rendezvous, RoleRef
+from bagpipe.lrpp.cache import CacheError, TrainerCache
+from bagpipe.models import table_dim
+from bagpipe.oracle.config import OracleConfig
+from bagpipe.oracle.plan import RoundPlan, StepPlan
+from bagpipe.paramserver import ShardLayout
+from bagpipe.training.start import start_dense_model
+from bagpipe.training.step import forward_backward, replicate_dense, sgd_dense_, unique_rows
+
+
+@dataclass(frozen=True)
+class Design:
+    """Which of the paper's ideas a trainer uses (module docstring, *Ablations*); all on = the paper."""
+
+    sync_later: bool = True
+    prefetch: bool = True
+    partition: bool = True
+
+
+def scatter_rows(target_ids: torch.Tensor, ids: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``[len(target_ids), D]`` buffer with ``values[j]`` at ``ids[j]``'s position, zeros elsewhere.
+
+    ``target_ids`` are sorted (the plan's lists); ids not in them are ignored. This is how a trainer
+    lays out its local gradients on the global list of rows that the all-reduce sums.
+    """
+    out = values.new_zeros(target_ids.numel(), values.shape[1])
+    if target_ids.numel() == 0 or ids.numel() == 0:
+        return out
+    pos = torch.searchsorted(target_ids, ids).clamp_(max=target_ids.numel() - 1)
+    hit = target_ids[pos] == ids
+    out[pos[hit]] = values[hit]
+    return out
+
+
+def _merged(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The sorted union of two disjoint sorted id lists."""
+    return torch.sort(torch.cat([a, b])).values
+
+
+def reclassify(plan: StepPlan, design: Design) -> StepPlan:
+    """The oracle's step plan as an ablated trainer executes it (module docstring, *Ablations*).
+
+    ``partition=False`` turns singletons into shared rows that the next step does not use
+    (``sync_later``); ``sync_later=False`` then moves every ``sync_later`` row into ``sync_now``.
+    The union of the three lists, the batch's unique rows, never changes.
+    """
+    if not design.partition:
+        plan = replace(
+            plan,
+            sync_later=_merged(plan.sync_later, plan.singleton),
+            singleton=plan.singleton[:0],
+            singleton_owner=plan.singleton_owner[:0],
+        )
+    if not design.sync_later:
+        plan = replace(
+            plan, sync_now=_merged(plan.sync_now, plan.sync_later), sync_later=plan.sync_later[:0]
+        )
+    return plan
+
+
+class _Board:
+    """Plans that arrived from the oracle, and waiting for one that has not arrived yet."""
+
+    def __init__(self) -> None:
+        self.steps: dict[int, StepPlan] = {}
+        self.rounds: dict[int, RoundPlan] = {}
+        self.cond = threading.Condition()
+        self.closed = False
+
+    def post(self, plans: list[StepPlan | RoundPlan]) -> None:
+        with self.cond:
+            for plan in plans:
+                if isinstance(plan, StepPlan):
+                    self.steps[plan.step] = plan
+                else:
+                    self.rounds[plan.round_index] = plan
+            self.cond.notify_all()
+
+    def take_step(self, step: int) -> StepPlan:
+        with self.cond:
+            self.cond.wait_for(lambda: step in self.steps or self.closed)
+            if self.closed:
+                raise RuntimeError("trainer closed while waiting for a step plan")
+            return self.steps.pop(step)
+
+    def take_round(self, round_index: int) -> RoundPlan | None:
+        with self.cond:
+            self.cond.wait_for(lambda: round_index in self.rounds or self.closed)
+            return None if self.closed else self.rounds.pop(round_index)
+
+
+class BagpipeTrainer:
+    """Trainer ``index`` of ``oracle.num_trainers`` (a role object, built by ``Deployment.remote``).
+
+    Args:
+        index: ``k``, this trainer's rank in the group and the slice of each batch it trains.
+        group: the trainers' rendezvous (``Deployment.new_group``).
+        servers: the shards' refs, ``servers[s]`` being shard ``s``.
+        spec: the run's settings, the same as every system's trainers get.
+        oracle: the oracle's knobs: the cleanup interval paces the rounds, the capacity sizes the
+            cache.
+        design: which of the paper's ideas are on (the ablations).
+    """
+
+    def __init__(
+        self,
+        index: int,
+        group: Rendezvous,
+        servers: list[RoleRef],
+        spec: TrainerSpec,
+        oracle: OracleConfig,
+        design: Design,
+    ) -> None:
+        collectives.join_group(group, index)
+        self.index = index
+        self.spec = spec
+        self.ci = oracle.ci
+        self.design = design
+        self.role = runtime.current().role
+        self.servers = servers
+        self.layout = ShardLayout(len(servers))
+        self.offsets = spec.schema.table_offsets
+        self.model = start_dense_model(spec.model, spec.schema, spec.seed, spec.resume_state)
+        self.model.train()
+        self.fuse = FusedTail()  # sync-now rows ride in the dense part's last DDP bucket
+        self.ddp_model = replicate_dense(self.model, self.fuse)
+        self._dense_bytes = sum(runtime.nbytes(p) for p in self.model.parameters())
+        self.cache = TrainerCache(oracle.capacity, table_dim(spec.model))
+        self.board = _Board()
+        self._pending_later: tuple[torch.Tensor, collectives.AllReduceHandle] | None = None
+        # Round bookkeeping: rounds <= _allowed may start; rounds <= _installed are in the cache.
+        self._round_cond = threading.Condition()
+        self._allowed = 0
+        self._installed = -1
+        self._round_busy = threading.Lock()  # held from evict to install of one round
+        # prefetch=False: per round, the rows of its prefetch list no step of it fetched yet
+        self._deferred: dict[int, torch.Tensor] = {}
+        self._shard_pool = ThreadPoolExecutor(max_workers=len(servers), thread_name_prefix="shard")
+        self._thread = runtime.start_thread(self._run_rounds, f"bagpipe-rounds-{index}")
+
+    # ------------------------------------------------------------------ from the oracle / driver
+    def receive_plans(self, plans: list[StepPlan | RoundPlan]) -> None:
+        """Plans pushed by the oracle (the oracle's calls count them as the loader's DATA)."""
+        self.board.post(plans)
+
+    def train_step(
+        self, step: int, dense: torch.Tensor, ids: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[float, StepRecord]:
+        """One iteration on this trainer's slice ``(dense [b, D], ids [b, F], labels [b])``."""
+        meter = runtime.current().meter
+        spec, design, ci = self.spec, self.design, self.ci
+        if step % ci == 0:
+            with meter.phase(Phase.FETCH_WAIT):
+                self._wait_installed(step // ci)
+            self._allow(step // ci + 1)  # round r+1's evictions and prefetch overlap round r
+        with meter.phase(Phase.DATA):
+            planned = self.board.take_step(step)
+        if not design.prefetch:
+            with meter.phase(Phase.FETCH_WAIT):
+                self._fetch_on_demand(step, planned)
+        plan = reclassify(planned, design)
+        with meter.phase(Phase.FORWARD):
+            unique, inverse = unique_rows(ids + self.offsets)
+            rows, hits, misses = self.cache.read_for_step(unique)
+        meter.add_cache(hits, misses)
+        grads = forward_backward(
+            self.ddp_model, dense, rows, inverse, labels, spec.global_batch_size, meter,
+            fuse=self.fuse, extra=lambda row_grads: scatter_rows(plan.sync_now, unique, row_grads),
+        )
+        now = self.fuse.take().view(-1, self.cache.dim)  # summed over the trainers
+        with meter.phase(Phase.SYNC):
+            later_ids, later_sum = self._finish_pending_later()
+        meter.count("allreduce_bytes_critical", float(runtime.nbytes(now) + self._dense_bytes))
+        with meter.phase(Phase.OPTIMIZER):
+            mine = plan.singleton[plan.singleton_owner == self.index]
+            own = grads.row_grads[torch.searchsorted(unique, mine)]
+            self.cache.apply_sgd(
+                torch.cat([plan.sync_now, mine, later_ids]),
+                torch.cat([now, own, later_sum]),
+                spec.optim.embedding_lr,
+            )
+            sgd_dense_(self.model, spec.optim.dense_lr)
+            self.cache.mark_stale(plan.singleton[plan.singleton_owner != self.index])
+        if design.sync_later:  # the same on every trainer, so the collectives stay in step
+            later = scatter_rows(plan.sync_later, unique, grads.row_grads)
+            self._pending_later = (plan.sync_later, collectives.allreduce_async(later))
+            meter.count("allreduce_bytes_later", float(runtime.nbytes(later)))
+        if self.index == 0:  # global-batch counts: once, so the sum over trainers is the count
+            meter.count("rows_sync_now", float(plan.sync_now.numel()))
+            meter.count("rows_sync_later", float(plan.sync_later.numel()))
+        meter.count("rows_singleton", float(mine.numel()))
+        return grads.loss, meter.end_step()
+
+    def snapshot(self) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """Apply the pending sync-later update, then ``(ids, rows, dense state)`` of fresh rows.
+
+        Waits for a round in progress to finish (rows being written back are then on the servers).
+        """
+        ids, summed = self._finish_pending_later()
+        self.cache.apply_sgd(ids, summed, self.spec.optim.embedding_lr)
+        with self._round_busy:
+            cached_ids, rows = self.cache.resident()
+        dense = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        return cached_ids, rows, dense
+
+    def close(self) -> None:
+        with self.board.cond:
+            self.board.closed = True
+            self.board.cond.notify_all()
+        with self._round_cond:
+            self._round_cond.notify_all()
+        self._thread.join(timeout=5.0)
+        # A round blocked on a server barrier (a peer failed) must not hold up the shutdown.
+        self._shard_pool.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ critical-path helpers
+    def _finish_pending_later(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._pending_later is None:
+            return torch.empty(0, dtype=torch.int64), torch.empty(0, self.cache.dim)
+        ids, handle = self._pending_later
+        self._pending_later = None
+        return ids, handle.wait()[0]
+
+    def _allow(self, round_index: int) -> None:
+        with self._round_cond:
+            self._allowed = max(self._allowed, round_index)
+            self._round_cond.notify_all()
+
+    def _round_may_start(self, round_index: int) -> Callable[[], bool]:
+        return lambda: self._allowed >= round_index or self.board.closed
+
+    def _wait_installed(self, round_index: int) -> None:
+        with self._round_cond:
+            self._round_cond.wait_for(lambda: self._installed >= round_index or self.board.closed)
+
+    # ------------------------------------------------------------------ background rounds
+    def _run_rounds(self) -> None:
+        round_index = 0
+        while True:
+            with self._round_cond:
+                self._round_cond.wait_for(self._round_may_start(round_index))
+            plan = self.board.take_round(round_index)
+            if plan is None:
+                return
+            with self._round_busy:
+                self._execute_round(plan)
+            with self._round_cond:
+                self._installed = round_index
+                self._round_cond.notify_all()
+            round_index += 1
+
+    def _execute_round(self, plan: RoundPlan) -> None:
+        meter = runtime.current().meter
+        mine = plan.writeback_for(self.index)
+        rows = self.cache.evict(plan.evict, writeback=mine)
+        parts = self.layout.split(mine)
+        list(self._shard_pool.map(
+            lambda s: self._write_back(s, plan.round_index, mine[parts[s]], rows[parts[s]]),
+            range(len(self.servers)),
+        ))
+        meter.count("rows_written_back", float(mine.numel()))
+        fetch = plan.prefetch_for(self.index) if self.design.partition else plan.prefetch
+        if not self.design.prefetch:  # the round's steps fetch these themselves (_fetch_on_demand)
+            self._deferred[plan.round_index] = fetch
+            return
+        started_s = time.perf_counter()
+        self._fetch_into_cache(plan.round_index, fetch)
+        meter.count("rows_prefetched", float(fetch.numel()))
+        meter.count("prefetch_s", time.perf_counter() - started_s)
+
+    def _fetch_on_demand(self, step: int, plan: StepPlan) -> None:
+        """``prefetch=False``: fetch the rows of the round's list that step ``step`` uses first.
+
+        Every row of a round's list is used by some step of the round, so the list is used up when
+        the next round starts; anything left is a plan the trainer did not follow.
+        """
+        round_index = step // self.ci
+        leftover = self._deferred.pop(round_index - 1, None)
+        if leftover is not None and leftover.numel():
+            raise CacheError(
+                f"round {round_index - 1} left rows {leftover[:5].tolist()} unfetched "
+                f"(no step of the round used them)"
+            )
+        pending = self._deferred[round_index]
+        used = torch.isin(pending, torch.cat([plan.sync_now, plan.sync_later, plan.singleton]))
+        self._deferred[round_index] = pending[~used]
+        self._fetch_into_cache(round_index, pending[used])
+        runtime.current().meter.count("rows_fetched_on_demand", float(int(used.sum())))
+
+    def _fetch_into_cache(self, round_index: int, ids: torch.Tensor) -> None:
+        """Fetch ``ids`` from their shards (after round ``round_index``'s barrier) and install them."""
+        parts = self.layout.split(ids)
+        fetched = torch.empty(ids.numel(), self.cache.dim)
+        shard_rows = self._shard_pool.map(
+            lambda s: self._fetch(s, round_index, ids[parts[s]]), range(len(self.servers))
+        )
+        for pos, got in zip(parts, shard_rows, strict=True):
+            fetched[pos] = got
+        self.cache.install(ids, fetched)
+
+    def _write_back(self, shard: int, round_index: int, ids: torch.Tensor, rows: torch.Tensor) -> None:
+        self.servers[shard].rpc_sync(kind=LinkKind.EMB_PUSH).write_back(round_index, ids, rows)
+
+    def _fetch(self, shard: int, round_index: int, ids: torch.Tensor) -> torch.Tensor:
+        if ids.numel() == 0:
+            return torch.empty(0, self.cache.dim)
+        return self.servers[shard].rpc_sync(kind=LinkKind.EMB_PULL).fetch(round_index, ids)
+
+    def stats(self) -> dict[str, Any]:
+        return {"cache_rows": len(self.cache), "cache_slots": self.cache.num_slots}

@@ -1,0 +1,214 @@
+"""What parameter-server systems share: ``S`` server shards, ``T`` trainers, one driver.
+
+``sync_ps``, HET and FAE differ in what their shards and trainers do, not in how the driver starts
+and drives them, nor in what a trainer holds besides its embedding path. This module holds that
+part once, so a change to it (a readiness wait, a timeout, cleanup after a failed start) reaches
+every such system. A system names its two role classes and adds what is its own::
+
+    class SyncPS(ParameterServerSystem):
+        name = "sync_ps"
+        server_class = StepOrderedServer        # an EmbeddingServer
+        trainer_class = SyncPSTrainer           # a ParameterServerTrainer
+
+* **Processes.** Roles ``server_0..S-1`` then ``trainer_0..T-1`` in one
+  :class:`~bagpipe.core.roles.Deployment`. Shard ``s`` is built with
+  :class:`~bagpipe.paramserver.EmbeddingServer`'s arguments, so every system's rows
+  start from the same seeded (or resumed) tables in the same layout. The trainers join one gloo
+  group (``"trainers"``, for the dense all-reduce); trainer ``k`` is built as
+  ``trainer_class(k, group, servers, spec, *trainer_args())``, ``spec`` being the run's
+  :class:`~bagpipe.core.interface.TrainerSpec` (``ctx.trainer_spec()``). Setup
+  returns once every constructor ran; if any part of it fails, the processes are ended.
+* **Steps.** Trainer ``k`` trains on slice ``k`` of the global batch
+  (:meth:`ParameterServerSystem._slices`); the step's loss is the sum of the slice losses and its
+  record the trainers' records merged (:meth:`ParameterServerSystem._collect`), so the global batch
+  is what one process would train on.
+* **Waits.** Every wait on the roles is bounded by ``step_timeout_s``, so a wedged role fails the
+  run instead of hanging it.
+* **Trainers** are data-parallel: each holds an equal dense replica, started from the seeded (or
+  resumed) weights; the driver reads the dense part from trainer 0.
+
+Bagpipe's own system does not use this: it adds an oracle role, builds its trainers from one config
+and waits for the oracle's planning report within each step.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch.futures import Future
+
+from bagpipe.core import collectives
+from bagpipe.core.batch import Batch, split_batch
+from bagpipe.core.collectives import FusedTail
+from bagpipe.core.interface import StepResult, System, TrainContext, TrainerSpec
+from bagpipe.core.roles import Deployment, Rendezvous, RoleRef
+from bagpipe.core.runtime import merge_trainer_records
+from bagpipe.models import table_dim
+from bagpipe.paramserver.layout import server_role
+from bagpipe.paramserver.server import EmbeddingServer
+from bagpipe.training.start import start_dense_model
+from bagpipe.training.step import replicate_dense
+
+__all__ = ["ParameterServerSystem", "ParameterServerTrainer"]
+
+
+class ParameterServerTrainer:
+    """Trainer ``rank`` of a :class:`ParameterServerSystem`: what every such trainer holds.
+
+    It joins the trainer group (the constructors of all T trainers meet there), keeps the shards'
+    refs and role names, the run's settings, and a dense replica in training mode, wrapped in
+    ``DistributedDataParallel`` (``ddp_model``: forward through it, and backward sums the dense
+    gradients over the trainers). Subclasses add
+    their embedding path (pulls and pushes, a cache, a hot-row replica) and ``train_step``.
+
+    Args:
+        rank: ``k``, this trainer's place in the group (and the slice of each batch it trains).
+        group: the trainer group's rendezvous (``Deployment.new_group``).
+        servers: the shards' refs, ``servers[s]`` being shard ``s``.
+        spec: the run's settings (:class:`~bagpipe.core.interface.TrainerSpec`).
+    """
+
+    #: True for a trainer that sums row gradients with the dense ones (``self.fuse``).
+    fuses_rows: ClassVar[bool] = False
+
+    def __init__(
+        self, rank: int, group: Rendezvous, servers: list[RoleRef], spec: TrainerSpec
+    ) -> None:
+        collectives.join_group(group, rank)
+        self.rank = rank
+        self.servers = servers
+        self.server_roles = [ref.role for ref in servers]
+        self.schema = spec.schema
+        self.optim = spec.optim
+        self.global_batch_size = spec.global_batch_size
+        self.model = start_dense_model(spec.model, spec.schema, spec.seed, spec.resume_state)
+        self.model.train()
+        #: Row gradients a subclass sums with the dense part in one collective (FAE's hot rows).
+        self.fuse = FusedTail() if self.fuses_rows else None
+        self.ddp_model = replicate_dense(self.model, self.fuse)
+
+    def dense_state(self) -> dict[str, torch.Tensor]:
+        """A copy of the dense replica's weights (equal on every trainer after each step)."""
+        return {key: value.detach().clone() for key, value in self.model.state_dict().items()}
+
+
+class ParameterServerSystem(System):
+    """A :class:`System` whose roles are ``S`` embedding-server shards and ``T`` trainers.
+
+    Subclasses set :attr:`server_class` and :attr:`trainer_class` (and :meth:`_trainer_args` when
+    their trainers take more), write ``train_step`` from :meth:`_slices` and :meth:`_collect`, and
+    ``full_state`` from :meth:`_shard_states` and :meth:`_dense_state`. ``setup`` and ``close`` are
+    shared.
+
+    Args:
+        num_trainers: ``T`` trainer processes (the global batch splits into T equal slices).
+        num_servers: ``S`` embedding-server shards.
+        step_timeout_s: how long the driver waits for one step (or any call on the roles).
+    """
+
+    server_class: ClassVar[type[EmbeddingServer]] = EmbeddingServer
+    trainer_class: ClassVar[type[ParameterServerTrainer]]
+    #: Call every trainer's ``close()`` before ending the processes (when no role has failed):
+    #: for trainers that still send in the background (HET's pushes) and must drain first.
+    close_trainers: ClassVar[bool] = False
+
+    def __init__(self, num_trainers: int, num_servers: int, step_timeout_s: float) -> None:
+        if num_trainers < 1 or num_servers < 1:
+            raise ValueError(
+                f"{self.name}: num_trainers and num_servers must be >= 1, "
+                f"got {num_trainers}, {num_servers}"
+            )
+        self.num_trainers = num_trainers
+        self.num_servers = num_servers
+        self.step_timeout_s = step_timeout_s
+        self._ctx: TrainContext | None = None
+        self._deployment: Deployment | None = None
+        self._servers: list[RoleRef] = []
+        self._trainers: list[RoleRef] = []
+
+    def setup(self, ctx: TrainContext) -> None:
+        """Start the shards and the trainers (see the module docstring); wait until all are built.
+
+        A resume point (``ctx.resume``) is refused unless the system declares ``supports_resume``.
+        """
+        if ctx.global_batch_size % self.num_trainers:
+            raise ValueError(
+                f"{self.name}: global_batch_size {ctx.global_batch_size} does not split into "
+                f"{self.num_trainers} trainers"
+            )
+        if ctx.resume is not None and not self.supports_resume:
+            raise ValueError(f"{self.name} cannot resume from a checkpoint (supports_resume)")
+        spec = ctx.trainer_spec()
+        resume = spec.resume_state
+        dim = table_dim(ctx.model)
+        servers = [server_role(s) for s in range(self.num_servers)]
+        trainers = [f"trainer_{k}" for k in range(self.num_trainers)]
+        deployment = Deployment([*servers, *trainers], network=ctx.network)
+        try:
+            self._servers = [
+                deployment.remote(
+                    role, self.server_class, s, self.num_servers, ctx.schema, dim, ctx.seed, resume
+                )
+                for s, role in enumerate(servers)
+            ]
+            group = deployment.new_group("trainers", self.num_trainers)
+            self._trainers = [
+                deployment.remote(
+                    role, self.trainer_class, k, group, self._servers, spec, *self._trainer_args()
+                )
+                for k, role in enumerate(trainers)
+            ]
+            deployment.wait(
+                [ref.ready for ref in [*self._servers, *self._trainers] if ref.ready is not None],
+                self.step_timeout_s,
+            )
+        except BaseException:
+            self._servers, self._trainers = [], []
+            deployment.close()
+            raise
+        self._deployment, self._ctx = deployment, ctx
+
+    def _trainer_args(self) -> tuple[Any, ...]:
+        """The trainers' constructor arguments after the :class:`TrainerSpec` (none by default)."""
+        return ()
+
+    def _slices(self, batch: Batch) -> list[tuple[RoleRef, Batch]]:
+        """``(trainer k, slice k of batch)`` for every trainer, in rank order."""
+        self._require_setup()
+        return list(zip(self._trainers, split_batch(batch, self.num_trainers), strict=True))
+
+    def _collect(self, futures: list[Future]) -> StepResult:
+        """The step's result from the trainers' ``(loss, record)`` futures (in rank order)."""
+        results = self._wait(futures)
+        record = merge_trainer_records([record for _, record in results])
+        return StepResult(loss=sum(loss for loss, _ in results), record=record)
+
+    def _wait(self, futures: Future | list[Future]) -> Any:
+        """The value(s) of calls on the roles, within ``step_timeout_s`` (``Deployment.wait``)."""
+        _, deployment = self._require_setup()
+        return deployment.wait(futures, self.step_timeout_s)
+
+    def _dense_state(self) -> dict[str, torch.Tensor]:
+        """The dense part's weights (every trainer holds the same replica; trainer 0's)."""
+        return self._wait(self._trainers[0].rpc_async().dense_state())
+
+    def _shard_states(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every shard's ``(global ids, rows)`` (``EmbeddingServer.state``), in shard order."""
+        return self._wait([server.rpc_async().state() for server in self._servers])
+
+    def close(self) -> None:
+        deployment, self._deployment = self._deployment, None
+        if deployment is None:
+            return
+        try:
+            if self.close_trainers and self._trainers and deployment.failure is None:
+                deployment.wait([t.rpc_async().close() for t in self._trainers], self.step_timeout_s)
+        finally:
+            self._servers, self._trainers = [], []
+            deployment.close()
+
+    def _require_setup(self) -> tuple[TrainContext, Deployment]:
+        if self._ctx is None or self._deployment is None:
+            raise RuntimeError(f"{self.name} used before setup(ctx) or after close()")
+        return self._ctx, self._deployment

@@ -1,0 +1,125 @@
+"""The per-example math every system shares, so that "same work" is the same code.
+
+Conventions (every system follows them; the equivalence tests rely on them):
+
+* **Rows by global id.** A batch's ids are mapped into the flat global row space
+  (``DatasetSchema.table_offsets``), deduplicated with :func:`unique_rows`, fetched (from wherever
+  the system keeps them) as ``rows [U, table_dim]`` in ``unique_ids`` order, and expanded back to
+  pooled embeddings with :func:`pooled_from_rows`. Datasets are one-hot, so sum pooling of one id
+  is the row itself.
+* **Loss.** Each process computes ``bce_loss_sum(its slice) / GLOBAL batch size``
+  (:func:`slice_loss`). Summed over trainers that is the mean BCE over the global batch, and its
+  gradients, **all-reduced with SUM** (never averaged), are exactly the gradients of one process
+  on the whole batch. The reported loss is likewise the sum over trainers of their slice losses.
+* **Optimizer.** Plain SGD, no momentum or weight decay: :func:`sgd_rows_` for embedding rows
+  (sparse: only rows in ``unique_ids`` change) and :func:`sgd_dense_` for the dense part.
+* **Dense replicas** are ``DistributedDataParallel`` modules (:func:`replicate_dense`), as PyTorch
+  trainers train them: DDP's bucketed all-reduce overlaps backward, through the wire, summing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from bagpipe.core.collectives import FusedTail, ddp_hook
+from bagpipe.core.meter import Meter, Phase
+
+
+def unique_rows(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``ids [B, F]`` -> ``(unique_ids [U] sorted, inverse [B, F])`` with ``unique_ids[inverse] == ids``."""
+    unique_ids, inverse = torch.unique(ids, sorted=True, return_inverse=True)
+    return unique_ids, inverse
+
+
+def pooled_from_rows(rows: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
+    """``rows [U, D]`` (one per unique id) and ``inverse [B, F]`` -> pooled ``[B, F, D]``.
+
+    If ``rows`` requires grad, backward leaves in ``rows.grad`` the per-row gradient summed over
+    every use of that row in the batch, which is what the sparse update needs.
+    """
+    return rows[inverse]
+
+
+def bce_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Sum (not mean) of binary cross-entropy with logits over the examples given."""
+    return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype), reduction="sum")
+
+
+def slice_loss(logits: torch.Tensor, labels: torch.Tensor, global_batch_size: int) -> torch.Tensor:
+    """This slice's share of the global mean loss: ``bce_loss_sum / global_batch_size``."""
+    return bce_loss_sum(logits, labels) / global_batch_size
+
+
+@dataclass
+class SliceGradients:
+    """What :func:`forward_backward` leaves: the slice loss and the fetched rows' gradients.
+
+    Dense gradients stay in the model's ``.grad`` fields (to be all-reduced with SUM, then applied).
+    """
+
+    loss: float
+    row_grads: torch.Tensor  # [U, table_dim], aligned with the unique ids the rows were fetched for
+
+
+def forward_backward(
+    model: nn.Module,
+    dense: torch.Tensor,
+    rows: torch.Tensor,
+    inverse: torch.Tensor,
+    labels: torch.Tensor,
+    global_batch_size: int,
+    meter: Meter,
+    fuse: FusedTail | None = None,
+    extra: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> SliceGradients:
+    """Forward and backward of one slice, charging ``forward`` and ``backward`` on ``meter``.
+
+    ``model`` is the dense part, usually wrapped in ``DistributedDataParallel`` (its gradients are
+    then summed over the trainers during backward). ``rows`` are the fetched rows (not modified);
+    gradients flow into a detached copy. With ``fuse``, ``extra(row gradients)`` rides in DDP's
+    last bucket (``fuse.take()`` after this returns): a system's row gradients summed over the
+    trainers in the same collective as the dense part.
+    """
+    leaf = rows.detach().requires_grad_(True)
+    if fuse is not None and extra is not None:
+        fuse.expect(leaf, extra)
+    with meter.phase(Phase.FORWARD):
+        logits = model(dense, pooled_from_rows(leaf, inverse))
+        loss = slice_loss(logits, labels, global_batch_size)
+    with meter.phase(Phase.BACKWARD):
+        loss.backward()
+    assert leaf.grad is not None
+    return SliceGradients(loss=float(loss.detach()), row_grads=leaf.grad)
+
+
+def replicate_dense(model: nn.Module, fuse: FusedTail | None = None) -> DistributedDataParallel:
+    """``model``, a data-parallel replica over the trainers' group, its gradients SUM-reduced.
+
+    Every trainer builds its replica from the same seeded (or resumed) weights, so DDP's initial
+    broadcast is skipped (``init_sync=False``): the replicas are equal by construction, as the
+    equivalence tests check. ``fuse`` lets the system's extra gradients ride in the last bucket.
+    """
+    replica = DistributedDataParallel(model, init_sync=False, forward_sync_buffers=False)
+    replica.register_comm_hook(None, fuse.hook if fuse is not None else ddp_hook())
+    return replica
+
+
+@torch.no_grad()
+def sgd_rows_(table: torch.Tensor, ids: torch.Tensor, grads: torch.Tensor, lr: float) -> None:
+    """``table[ids] -= lr * grads`` in place (``ids`` unique; rows not in ``ids`` are untouched)."""
+    table.index_add_(0, ids, grads, alpha=-lr)
+
+
+@torch.no_grad()
+def sgd_dense_(model: nn.Module, lr: float) -> None:
+    """``p -= lr * p.grad`` for every dense parameter, then clear the gradients."""
+    for param in model.parameters():
+        if param.grad is not None:
+            param.add_(param.grad, alpha=-lr)
+            param.grad = None

@@ -1,0 +1,63 @@
+"""``sync_ps``: synchronous parameter-server training with no cache and no prefetch.
+
+The paper's "no cache / no prefetch" ablation done correctly: the original's lookahead-1 baseline
+never wrote embedding updates back to the server (bagpipe.md §4.6). Here every step pulls the rows
+its batch needs from S embedding-server shards, trains, and pushes the row gradients back; the step
+ends only once every shard acknowledged every trainer's push, so the next pull sees all updates.
+Training is therefore exactly synchronous SGD (equal to ``local`` to fp tolerance), and every byte
+of embedding traffic sits on the critical path: the upper bound caching systems are measured from.
+The shards sum each step's pushes in trainer-rank order (``server.py``), so a run is bit-reproducible
+and one recovered from a checkpoint ends bit-identical to an uninterrupted one.
+
+Processes: ``server_0..S-1`` (:class:`~baselines.sync_ps.server.StepOrderedServer`) and
+``trainer_0..T-1`` (:class:`~baselines.sync_ps.trainer.SyncPSTrainer`, one gloo group for the dense
+all-reduce); the driver (this object, a :class:`~bagpipe.paramserver.ParameterServerSystem`)
+sends each trainer its slice of the global batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bagpipe.core.batch import Batch, ids_matrix
+from bagpipe.core.interface import ModelState, StepResult
+from bagpipe.core.meter import LinkKind
+from bagpipe.paramserver import ParameterServerSystem, gather_tables
+from baselines.sync_ps.server import StepOrderedServer
+from baselines.sync_ps.trainer import SyncPSTrainer
+
+
+class SyncPS(ParameterServerSystem):
+    """Synchronous PS baseline (see the module docstring).
+
+    Args:
+        num_trainers: ``T`` trainer processes (the global batch splits into T equal slices).
+        num_servers: ``S`` embedding-server shards.
+        step_timeout_s: how long one step (or a state gather) may take before the run fails.
+    """
+
+    name = "sync_ps"
+    supports_resume = True
+    server_class = StepOrderedServer
+    trainer_class = SyncPSTrainer
+
+    def __init__(self, num_trainers: int = 2, num_servers: int = 2, step_timeout_s: float = 600.0):
+        super().__init__(num_trainers, num_servers, step_timeout_s)
+
+    def train_step(self, step: int, batch: Batch) -> StepResult:
+        return self._collect(
+            [
+                trainer.rpc_async(kind=LinkKind.DATA).train_step(
+                    step, part.dense_features, ids_matrix(part), part.labels
+                )
+                for trainer, part in self._slices(batch)
+            ]
+        )
+
+    def full_state(self) -> ModelState:
+        ctx, _ = self._require_setup()
+        shards = self._shard_states()
+        return ModelState(tables=gather_tables(shards, ctx.schema), dense=self._dense_state())
+
+    def stats(self) -> dict[str, Any]:
+        return {"num_trainers": self.num_trainers, "num_servers": self.num_servers}

@@ -1,0 +1,57 @@
+"""The ``sync_ps`` trainer role: pull every row a slice needs, train, push, all-reduce, repeat."""
+
+from __future__ import annotations
+
+import torch
+
+from bagpipe.core import runtime
+from bagpipe.core.interface import TrainerSpec
+from bagpipe.core.meter import Phase, StepRecord
+from bagpipe.core.roles import Rendezvous, RoleRef
+from bagpipe.paramserver import ParameterServerTrainer, wait_acks
+from bagpipe.training.step import forward_backward, sgd_dense_, unique_rows
+from baselines.sync_ps.server import StepOrderedTables
+
+
+class SyncPSTrainer(ParameterServerTrainer):
+    """Trainer ``rank`` of ``sync_ps``: a dense replica; embeddings live only on the servers.
+
+    One step (everything on the critical path, nothing overlapped, nothing cached)::
+
+        pull unique rows of the slice   (FETCH_WAIT: request + reply to the shards)
+        forward / backward              (FORWARD, BACKWARD: DDP sums the dense gradients)
+        push row gradients to shards    (SYNC: the shards sum them over trainers, in rank order)
+        wait for every push ack         (SYNC: the next pull must see every trainer's update)
+        SGD on the dense replica        (OPTIMIZER)
+    """
+
+    def __init__(
+        self, rank: int, group: Rendezvous, servers: list[RoleRef], spec: TrainerSpec
+    ) -> None:
+        super().__init__(rank, group, servers, spec)
+        self.tables = StepOrderedTables(servers, rank)
+        self.offsets = spec.schema.table_offsets
+
+    def train_step(
+        self, step: int, dense: torch.Tensor, ids: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[float, StepRecord]:
+        """Train on this trainer's slice of global batch ``step`` (``ids [B/T, F]`` per-table ids).
+
+        Returns its loss and record. ``step`` tags the pull and the push, so the shards apply
+        each step's gradients as one sum in rank order (``server.py``).
+        """
+        meter = runtime.current().meter
+        with meter.phase(Phase.FETCH_WAIT):
+            unique_ids, inverse = unique_rows(ids + self.offsets)
+            rows = self.tables.pull_at(step, unique_ids)
+        grads = forward_backward(
+            self.ddp_model, dense, rows, inverse, labels, self.global_batch_size, meter
+        )
+        with meter.phase(Phase.SYNC):
+            wait_acks(
+                self.tables.push_at(step, unique_ids, grads.row_grads, self.optim.embedding_lr)
+            )
+        with meter.phase(Phase.OPTIMIZER):
+            sgd_dense_(self.model, self.optim.dense_lr)
+        meter.count("unique_rows", float(unique_ids.numel()))
+        return grads.loss, meter.end_step()
