@@ -116,6 +116,7 @@ def bench(session: nox.Session) -> None:
 #: needs first (none: pure data).
 REPORT_SUITES = {
     "fig7": ("fig7",),
+    "datasets": ("datasets",),
     "skew": (),
     "breakdown": ("breakdown",),
     "convergence": ("convergence", "convergence_het"),

@@ -1,8 +1,0 @@
-"""Benchmarks (``nox -s bench``): each module named in ``BENCHMARKS`` exposes ``run(quick: bool) ->
-list[dict]``; the parts of one benchmark live in modules named after it (``oracle_*``).
-
-A row is one measurement: ``{"benchmark": ..., "metric": ..., "value": ..., "unit": ...}`` plus
-any configuration columns. Ratios that matter are measured within one run, on one machine.
-"""
-
-BENCHMARKS = ("data", "oracle", "systems", "fairness", "fault", "het_cache", "network")
