@@ -6,3 +6,5 @@ any configuration columns. Ratios that matter are measured within one run, on on
 """
 
 BENCHMARKS = ("data", "oracle", "systems", "fault", "het_cache", "network")
+#: Run only when named (``--only``): mutation testing takes about an hour (``nox -s mutants``).
+ON_REQUEST = ("mutants",)

@@ -1,0 +1,106 @@
+"""Mutation testing of the modules where a silent bug would corrupt a result (``nox -s mutants``).
+
+A test suite that passes says little about the bugs it would catch. This benchmark plants small
+bugs (mutmut 3: an operator flipped, a constant changed, a call dropped) into each module of
+``mutants_targets.TARGETS``, one at a time, and runs the tests that cover that module against each
+one. A mutant is *killed* when a test fails, *survives* when every test still passes, and *times
+out* when the tests run past mutmut's CPU-time limit (a hang is a detection too).
+
+Each target runs in its own work folder (``.mutants/<module>/``, git-ignored): links to the
+packages, the tests and the suites, and a ``pyproject.toml`` whose ``[tool.mutmut]`` names the one
+file to mutate and the test files that cover it, so each module's mutants meet only its own tests
+and the whole run fits in about an hour on two cores. mutmut then narrows each mutant's tests to
+those that called the mutated function. Folders are made afresh on every run: a result never
+comes from tests older than the checkout.
+
+Rows (``results/bench/mutants.csv``), one per target: ``mutants``, ``killed``, ``survived``,
+``timeouts``, ``no_tests`` (mutants no selected test reached), ``equivalent`` (survivors that
+cannot change behaviour, listed with their reason in ``mutants_targets.EQUIVALENT``) and
+``caught_pct`` = (killed + timeouts) / (mutants - equivalent). ``mutants_report`` writes
+``reports/mutants.md`` from them with every survivor's diff.
+
+Not part of CI or of the default ``nox -s bench``: it takes about an hour.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+from bagpipe.bench.mutants_report import ROOT, mutant_globs, mutant_results, report, work_dir
+from bagpipe.bench.mutants_targets import EQUIVALENT, TARGETS, Target
+
+__all__ = ["report", "run"]
+
+LINKED = ("bagpipe", "baselines", "tests", "suites")
+
+
+def run(quick: bool) -> list[dict]:
+    """Mutate every target (``quick``: the first only) and count what its tests caught."""
+    return [_mutate(target) for target in (TARGETS[:1] if quick else TARGETS)]
+
+
+def _mutate(target: Target) -> dict:
+    folder = work_dir(target)
+    _prepare(folder, target)
+    env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}
+    log = folder / "mutmut.log"
+    with log.open("w") as out:
+        subprocess.run(
+            [sys.executable, "-m", "mutmut", "run", "--max-children", "2", *mutant_globs(target)],
+            cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT, check=False,
+        )
+    results = mutant_results(target)
+    if not results:
+        raise RuntimeError(f"mutmut made no mutants of {target.source}; see {log}")
+    counts = Counter(results.values())
+    equivalent = sum(1 for name, status in results.items()
+                     if status == "survived" and name in EQUIVALENT)
+    caught = counts["killed"] + counts["timeouts"]
+    return {
+        "module": target.module,
+        "source": target.source,
+        "mutants": len(results),
+        "killed": counts["killed"],
+        "survived": counts["survived"],
+        "timeouts": counts["timeouts"],
+        "no_tests": counts["no_tests"],
+        "not_run": counts["not_run"],
+        "equivalent": equivalent,
+        "caught_pct": round(100.0 * caught / max(1, len(results) - equivalent), 1),
+    }
+
+
+def _prepare(folder: Path, target: Target) -> None:
+    """A fresh work folder: links to the code and tests, and the target's mutmut config."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for name in LINKED:
+        (folder / name).symlink_to(ROOT / name, target_is_directory=True)
+    (folder / "pyproject.toml").write_text(
+        (ROOT / "pyproject.toml").read_text() + _mutmut_section(target)
+    )
+
+
+def _mutmut_section(target: Target) -> str:
+    """The ``[tool.mutmut]`` table: mutate ``target.source`` only, against ``target.tests``."""
+    def strings(values: tuple[str, ...] | list[str]) -> str:
+        return "[" + ", ".join(json.dumps(v) for v in values) + "]"
+
+    return "\n".join([
+        "",
+        "[tool.mutmut]",
+        f"source_paths = {strings(['bagpipe', 'baselines'])}",
+        f"only_mutate = {strings([target.source])}",
+        f"pytest_add_cli_args_test_selection = {strings(target.tests)}",
+        f"pytest_add_cli_args = {strings(['-p', 'no:cacheprovider'])}",
+        f"also_copy = {strings(['suites'])}",
+        "use_git_change_detection = false",
+        "process_isolation = \"forkserver\"",
+        "",
+    ])
