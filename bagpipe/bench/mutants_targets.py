@@ -33,6 +33,10 @@ TARGETS: tuple[Target, ...] = (
         "bagpipe/oracle/cacher.py",
         ("tests/oracle/test_against_reference.py", "tests/oracle/test_hand_streams.py",
          "tests/oracle/test_parts.py"),
+        functions=(*(f"xǁOracleCacherǁ{method}" for method in (
+            "_record", "_step_plan", "_round_plan", "_round_rows", "_victims", "_check_capacity",
+            "_make_room", "_prefetch", "_commit", "_furthest", "_evict", "_flush_plan")),
+            "x__sorted_with_owner"),
     ),
     Target("bagpipe cache", "bagpipe/lrpp/cache.py", ("tests/lrpp/test_cache.py",)),
     Target(
@@ -62,8 +66,20 @@ TARGETS: tuple[Target, ...] = (
         ("tests/harness/test_runner.py",),
         functions=("x_summarize", "x__quantile", "xǁ_TrainingLoopǁsummary"),
     ),
-    Target("readers", "bagpipe/data/readers.py",
-           ("tests/data/test_bad_input.py", "tests/data/test_roundtrip.py")),
+    Target(
+        "readers error paths",
+        "bagpipe/data/readers.py",
+        ("tests/data/test_bad_input.py", "tests/data/test_roundtrip.py"),
+        functions=("xǁ_RowCheckerǁ*", "x__read_segment", "x__parse_ints", "x__parse_label",
+                   "x__keep", "x__read_blocks", "x__jsonl_record", "x_iter_jsonl",
+                   "x_avazu_header"),
+    ),
+    Target(
+        "reader segments",
+        "bagpipe/data/segments.py",
+        ("tests/data/test_bad_input.py", "tests/data/test_roundtrip.py"),
+        functions=("x_iter_segments", "xǁSegmentǁ*"),
+    ),
 )
 
 #: Surviving mutants that cannot change what the code does, by mutmut's name, with the reason.
