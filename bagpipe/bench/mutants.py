@@ -19,11 +19,14 @@ cannot change behaviour, listed with their reason in ``mutants_targets.EQUIVALEN
 ``caught_pct`` = (killed + timeouts) / (mutants - equivalent). ``mutants_report`` writes
 ``reports/mutants.md`` from them with every survivor's diff.
 
-Not part of CI or of the default ``nox -s bench``: it takes about an hour.
+Not part of CI or of the default ``nox -s bench``: it takes about an hour. To measure some targets
+only (after adding tests that cover them, say), ``python -m bagpipe.bench.mutants "het cache"
+meter`` runs those and replaces their rows in the table, keeping the others.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -32,7 +35,16 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from bagpipe.bench.mutants_report import ROOT, mutant_globs, mutant_results, report, work_dir
+import pandas as pd
+
+from bagpipe.bench.mutants_report import (
+    COLUMNS,
+    ROOT,
+    mutant_globs,
+    mutant_results,
+    report,
+    work_dir,
+)
 from bagpipe.bench.mutants_targets import EQUIVALENT, TARGETS, Target
 
 __all__ = ["report", "run"]
@@ -40,9 +52,30 @@ __all__ = ["report", "run"]
 LINKED = ("bagpipe", "baselines", "tests", "suites")
 
 
-def run(quick: bool) -> list[dict]:
-    """Mutate every target (``quick``: the first only) and count what its tests caught."""
-    return [_mutate(target) for target in (TARGETS[:1] if quick else TARGETS)]
+def run(quick: bool, modules: tuple[str, ...] = ()) -> list[dict]:
+    """Mutate every target (``quick``: the first only; ``modules``: those named) and count what
+    its tests caught."""
+    chosen = [t for t in TARGETS if t.module in modules] if modules else list(TARGETS)
+    return [_mutate(target) for target in (chosen[:1] if quick else chosen)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the named targets and replace their rows in ``results/bench/mutants.csv``."""
+    parser = argparse.ArgumentParser(prog="python -m bagpipe.bench.mutants")
+    parser.add_argument("modules", nargs="+", choices=[t.module for t in TARGETS])
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench")
+    parser.add_argument("--reports", type=Path, default=ROOT / "reports")
+    args = parser.parse_args(argv)
+    path = args.out / "mutants.csv"
+    fresh = pd.DataFrame(run(quick=False, modules=tuple(args.modules)))
+    kept = pd.read_csv(path) if path.exists() else fresh.iloc[:0]
+    order = [t.module for t in TARGETS]
+    frame = (pd.concat([kept[~kept.module.isin(fresh.module)], fresh], ignore_index=True)
+             .sort_values("module", key=lambda column: column.map(order.index)))
+    args.out.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(path, index=False)
+    print(frame[COLUMNS].to_string(index=False))
+    print(f"wrote {path} and {', '.join(map(str, report(frame, args.reports)))}")
 
 
 def _mutate(target: Target) -> dict:
@@ -104,3 +137,7 @@ def _mutmut_section(target: Target) -> str:
         "process_isolation = \"forkserver\"",
         "",
     ])
+
+
+if __name__ == "__main__":
+    main()
