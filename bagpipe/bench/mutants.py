@@ -52,22 +52,26 @@ __all__ = ["report", "run"]
 LINKED = ("bagpipe", "baselines", "tests", "suites")
 
 
-def run(quick: bool, modules: tuple[str, ...] = ()) -> list[dict]:
+def run(quick: bool, modules: tuple[str, ...] = (), again: bool = False) -> list[dict]:
     """Mutate every target (``quick``: the first only; ``modules``: those named) and count what
-    its tests caught."""
+    its tests caught. ``again``: keep each target's mutants and verdicts, and rerun only those
+    that survived or that no test reached (after tests were added: a killed mutant stays killed,
+    its tests being still there)."""
     chosen = [t for t in TARGETS if t.module in modules] if modules else list(TARGETS)
-    return [_mutate(target) for target in (chosen[:1] if quick else chosen)]
+    return [_mutate(target, again) for target in (chosen[:1] if quick else chosen)]
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the named targets and replace their rows in ``results/bench/mutants.csv``."""
     parser = argparse.ArgumentParser(prog="python -m bagpipe.bench.mutants")
     parser.add_argument("modules", nargs="+", choices=[t.module for t in TARGETS])
+    parser.add_argument("--again", action="store_true",
+                        help="rerun only the survivors and the mutants no test reached")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench")
     parser.add_argument("--reports", type=Path, default=ROOT / "reports")
     args = parser.parse_args(argv)
     path = args.out / "mutants.csv"
-    fresh = pd.DataFrame(run(quick=False, modules=tuple(args.modules)))
+    fresh = pd.DataFrame(run(quick=False, modules=tuple(args.modules), again=args.again))
     kept = pd.read_csv(path) if path.exists() else fresh.iloc[:0]
     order = [t.module for t in TARGETS]
     frame = (pd.concat([kept[~kept.module.isin(fresh.module)], fresh], ignore_index=True)
@@ -78,16 +82,29 @@ def main(argv: list[str] | None = None) -> None:
     print(f"wrote {path} and {', '.join(map(str, report(frame, args.reports)))}")
 
 
-def _mutate(target: Target) -> dict:
+def _mutate(target: Target, again: bool = False) -> dict:
     folder = work_dir(target)
-    _prepare(folder, target)
+    if again:
+        names = [name for name, status in mutant_results(target).items()
+                 if status in ("survived", "no_tests", "not_run")]
+        _link(folder, target)
+    else:
+        names = mutant_globs(target)
+        shutil.rmtree(folder, ignore_errors=True)
+        _link(folder, target)
     env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}
-    log = folder / "mutmut.log"
-    with log.open("w") as out:
-        subprocess.run(
-            [sys.executable, "-m", "mutmut", "run", "--max-children", "2", *mutant_globs(target)],
-            cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT, check=False,
-        )
+    if names or not again:
+        with (folder / "mutmut.log").open("a" if again else "w") as out:
+            subprocess.run(
+                [sys.executable, "-m", "mutmut", "run", "--max-children", "2", *names],
+                cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT, check=False,
+            )
+    return row(target)
+
+
+def row(target: Target) -> dict:
+    """The target's row of the table, from the verdicts in its work folder."""
+    log = work_dir(target) / "mutmut.log"
     results = mutant_results(target)
     if not results:
         raise RuntimeError(f"mutmut made no mutants of {target.source}; see {log}")
@@ -109,11 +126,12 @@ def _mutate(target: Target) -> dict:
     }
 
 
-def _prepare(folder: Path, target: Target) -> None:
-    """A fresh work folder: links to the code and tests, and the target's mutmut config."""
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
+def _link(folder: Path, target: Target) -> None:
+    """Links to this checkout's code and tests, and the target's mutmut config (mutmut copies the
+    tests into its ``mutants/`` folder on every run, so a rerun sees the tests as they are now)."""
+    folder.mkdir(parents=True, exist_ok=True)
     for name in LINKED:
+        (folder / name).unlink(missing_ok=True)
         (folder / name).symlink_to(ROOT / name, target_is_directory=True)
     (folder / "pyproject.toml").write_text(
         (ROOT / "pyproject.toml").read_text() + _mutmut_section(target)
