@@ -84,14 +84,16 @@ def main(argv: list[str] | None = None) -> None:
 
 def _mutate(target: Target, again: bool = False) -> dict:
     folder = work_dir(target)
+    previous = mutant_results(target) if again else {}
     if again:
-        names = [name for name, status in mutant_results(target).items()
+        names = [name for name, status in previous.items()
                  if status in ("survived", "no_tests", "not_run")]
-        _link(folder, target)
+        meta = folder / "mutants" / f"{target.source}.meta"
+        shutil.copyfile(meta, meta.with_suffix(".meta.before"))
     else:
         names = mutant_globs(target)
         shutil.rmtree(folder, ignore_errors=True)
-        _link(folder, target)
+    _link(folder, target)
     env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}
     if names or not again:
         with (folder / "mutmut.log").open("a" if again else "w") as out:
@@ -99,7 +101,22 @@ def _mutate(target: Target, again: bool = False) -> dict:
                 [sys.executable, "-m", "mutmut", "run", "--max-children", "2", *names],
                 cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT, check=False,
             )
+    if again:
+        _keep_verdicts(target, set(previous) - set(names))
     return row(target)
+
+
+def _keep_verdicts(target: Target, kept: set[str]) -> None:
+    """Put back the exit codes of the mutants a rerun did not run: mutmut clears every verdict
+    when the test selection changes, though a killed mutant is still killed by the same tests."""
+    meta = work_dir(target) / "mutants" / f"{target.source}.meta"
+    saved = meta.with_suffix(".meta.before")
+    if not saved.exists():
+        return
+    codes = json.loads(saved.read_text())["exit_code_by_key"]
+    data = json.loads(meta.read_text())
+    data["exit_code_by_key"].update({name: codes[name] for name in kept})
+    meta.write_text(json.dumps(data))
 
 
 def row(target: Target) -> dict:
