@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="rerun only the survivors and the mutants no test reached")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench")
     parser.add_argument("--reports", type=Path, default=ROOT / "reports")
+    parser.add_argument("--no-report", action="store_true",
+                        help="the table only (the report runs `mutmut show` on every survivor)")
     args = parser.parse_args(argv)
     path = args.out / "mutants.csv"
     fresh = pd.DataFrame(run(quick=False, modules=tuple(args.modules), again=args.again))
@@ -79,7 +81,8 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(path, index=False)
     print(frame[COLUMNS].to_string(index=False))
-    print(f"wrote {path} and {', '.join(map(str, report(frame, args.reports)))}")
+    written = [] if args.no_report else report(frame, args.reports)
+    print(f"wrote {', '.join(map(str, [path, *written]))}")
 
 
 def _mutate(target: Target, again: bool = False) -> dict:

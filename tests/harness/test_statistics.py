@@ -132,3 +132,13 @@ def test_run_training_reports_the_exact_statistics_of_its_step_times(
     assert "system_flag" not in s and "system_label" not in s
     assert s["first_step"] == 0.0 and s["reorders_samples"] == 0.0
     assert s["init_time_s"] == 0.0 and s["eval_wall_s"] == 0.0
+
+
+def test_zero_and_subsecond_step_times() -> None:
+    cfg = RunConfig(num_steps=2, eval_every=0, warmup_steps=0)
+    s = summarize(_steps([0.0, 0.0]), [StepRecord(phase_s={"forward": 0.0})] * 2, [], cfg,
+                  batch_size=8)
+    assert s["samples_per_s"] == math.inf and s["share_forward"] == 0.0
+    s = summarize(_steps([0.25, 0.75]), [StepRecord(phase_s={"forward": 0.25})] * 2, [], cfg,
+                  batch_size=8)
+    assert s["samples_per_s"] == 16.0 and s["share_forward"] == 0.5
