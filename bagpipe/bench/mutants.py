@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -52,12 +53,16 @@ __all__ = ["report", "run"]
 LINKED = ("bagpipe", "baselines", "tests", "suites")
 
 
-def run(quick: bool, modules: tuple[str, ...] = (), again: bool = False) -> list[dict]:
+def run(
+    quick: bool, modules: tuple[str, ...] = (), again: bool = False, tests: tuple[str, ...] = ()
+) -> list[dict]:
     """Mutate every target (``quick``: the first only; ``modules``: those named) and count what
     its tests caught. ``again``: keep each target's mutants and verdicts, and rerun only those
     that survived or that no test reached (after tests were added: a killed mutant stays killed,
-    its tests being still there)."""
+    its tests being still there). ``tests``: this selection instead of the targets' own."""
     chosen = [t for t in TARGETS if t.module in modules] if modules else list(TARGETS)
+    if tests:
+        chosen = [replace(target, tests=tests) for target in chosen]
     return [_mutate(target, again) for target in (chosen[:1] if quick else chosen)]
 
 
@@ -67,13 +72,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("modules", nargs="+", choices=[t.module for t in TARGETS])
     parser.add_argument("--again", action="store_true",
                         help="rerun only the survivors and the mutants no test reached")
+    parser.add_argument("--tests", nargs="+", default=[],
+                        help="test files to run instead of the targets' own selection")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench")
     parser.add_argument("--reports", type=Path, default=ROOT / "reports")
     parser.add_argument("--no-report", action="store_true",
                         help="the table only (the report runs `mutmut show` on every survivor)")
     args = parser.parse_args(argv)
     path = args.out / "mutants.csv"
-    fresh = pd.DataFrame(run(quick=False, modules=tuple(args.modules), again=args.again))
+    fresh = pd.DataFrame(run(quick=False, modules=tuple(args.modules), again=args.again,
+                             tests=tuple(args.tests)))
     kept = pd.read_csv(path) if path.exists() else fresh.iloc[:0]
     order = [t.module for t in TARGETS]
     frame = (pd.concat([kept[~kept.module.isin(fresh.module)], fresh], ignore_index=True)
