@@ -34,23 +34,46 @@ GOAL_PCT = 85.0
 
 
 def report(frame: pd.DataFrame, reports_dir: Path) -> list[Path]:
-    """Write ``reports/mutants.md`` from the benchmark's rows and the work folders' results."""
+    """Write ``reports/mutants.md`` from the benchmark's rows and the work folders' results.
+
+    A ``mutants_before.csv`` beside the table (the rows of an earlier run, kept by hand) adds a
+    table of the percentages then and now."""
     by_module = {target.module: target for target in TARGETS}
     sections = [_survivors(by_module[module]) for module in frame.module]
+    before = ROOT / "results" / "bench" / "mutants_before.csv"
+    then = _then_and_now(pd.read_csv(before), frame) if before.exists() else ""
+    reports_dir.mkdir(parents=True, exist_ok=True)
     path = reports_dir / "mutants.md"
-    path.write_text("\n".join([_header(frame), *sections]))
+    path.write_text("\n".join([_header(frame), then, *sections]))
     return [path]
+
+
+def _markdown(frame: pd.DataFrame) -> str:
+    return "\n".join(
+        ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+        + ["| " + " | ".join(str(value) for value in row) + " |"
+           for row in frame.itertuples(index=False)]
+    )
+
+
+def _then_and_now(before: pd.DataFrame, after: pd.DataFrame) -> str:
+    both = before[["module", "mutants", "caught_pct"]].merge(
+        after[["module", "mutants", "caught_pct"]], on="module", how="outer",
+        suffixes=("_before", "_after"))
+    return f"""## Before and after
+
+`caught_pct` of the run kept in `results/bench/mutants_before.csv` (each module against its
+test selection before the tests were added) and of the table above.
+
+{_markdown(both)}
+"""
 
 
 def _header(frame: pd.DataFrame) -> str:
     below = frame[frame.caught_pct < GOAL_PCT].module.tolist()
     verdict = (f"Below the goal of {GOAL_PCT:.0f}%: {', '.join(below)}." if below
                else f"Every module is at or above the goal of {GOAL_PCT:.0f}%.")
-    table = "\n".join(
-        ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-        + ["| " + " | ".join(str(value) for value in row) + " |"
-           for row in frame[COLUMNS].itertuples(index=False)]
-    )
+    table = _markdown(frame[COLUMNS])
     return f"""# Mutation testing
 
 `nox -s mutants` (`python -m bagpipe.bench --only mutants`, mutmut) plants one small bug at a
