@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 from pathlib import Path
 
@@ -9,7 +11,12 @@ import pytest
 import torch
 
 import bagpipe.core.checkpoint as checkpoint_module
-from bagpipe.core.checkpoint import CheckpointError, CheckpointStore, CheckpointWarning
+from bagpipe.core.checkpoint import (
+    CheckpointError,
+    CheckpointStore,
+    CheckpointWarning,
+    state_digest,
+)
 from bagpipe.core.interface import ModelState
 
 
@@ -90,8 +97,73 @@ def test_all_corrupt_is_an_error_naming_each_file(tmp_path: Path) -> None:
 
 def test_checkpoint_of_another_run_is_refused(tmp_path: Path) -> None:
     CheckpointStore(tmp_path, fingerprint={"seed": 1}).save(5, _state(0.0), torch.get_rng_state())
+    with pytest.raises(CheckpointError, match="another run") as refused:
+        CheckpointStore(tmp_path, fingerprint={"seed": 2}).load_latest()
+    assert "fingerprint {'seed': 1} differs from this run's {'seed': 2}" in str(refused.value)
+
+
+def test_a_manifest_without_a_fingerprint_is_one_of_a_run_without_one(tmp_path: Path) -> None:
+    CheckpointStore(tmp_path).save(5, _state(0.0), torch.get_rng_state())
+    manifest_path = tmp_path / "step_00000005" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    del manifest["fingerprint"]
+    manifest_path.write_text(json.dumps(manifest))
+    loaded = CheckpointStore(tmp_path).load_latest()
+    assert loaded is not None and loaded.fingerprint == {}
     with pytest.raises(CheckpointError, match="another run"):
         CheckpointStore(tmp_path, fingerprint={"seed": 2}).load_latest()
+
+
+class _Payload:
+    """Not a tensor: unpickling it would run arbitrary code, which ``weights_only`` refuses."""
+
+
+def test_a_payload_that_is_not_tensors_is_refused_even_with_a_valid_checksum(
+    tmp_path: Path,
+) -> None:
+    store = CheckpointStore(tmp_path)
+    _save(store, 10)
+    step = tmp_path / "step_00000010"
+    buffer = io.BytesIO()
+    torch.save({"t_a": _Payload()}, buffer)
+    data = buffer.getvalue()
+    (step / "tables.pt").write_bytes(data)
+    manifest = json.loads((step / "manifest.json").read_text())
+    manifest["files"]["tables.pt"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (step / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="cannot be unpickled"):
+        store.load(step)
+
+
+def test_size_resume_point_and_clear(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    _save(store, 10)
+    _save(store, 20)
+    loaded = store.load_latest()
+    assert loaded is not None
+    rng_bytes = torch.get_rng_state().numel()  # uint8
+    assert loaded.nbytes() == (5 * 3 + 4 * 2 + 2 * 2 + 2) * 4 + rng_bytes
+    point = loaded.resume_point()
+    assert point.step == 20 and point.state is loaded.state
+    store.clear()
+    assert store.steps() == [] and store.load_latest() is None
+
+
+def test_the_digest_names_every_tensor_by_kind_name_dtype_and_shape() -> None:
+    digest = state_digest(_state(1.0))
+    assert digest == state_digest(_state(1.0)) and len(digest) == 64
+    changed = _state(1.0)
+    changed.tables["t_a"][4, 2] += 1.0
+    reshaped = _state(1.0)
+    reshaped.tables["t_b"] = reshaped.tables["t_b"].reshape(2, 4)
+    retyped = _state(1.0)
+    retyped.dense["b"] = torch.zeros(2, dtype=torch.int32)  # the same four zero bytes each
+    renamed = _state(1.0)
+    renamed.dense["c"] = renamed.dense.pop("b")
+    moved = _state(1.0)
+    moved.dense["t_b"] = moved.tables.pop("t_b")
+    others = [state_digest(s) for s in (changed, reshaped, retyped, renamed, moved)]
+    assert len({digest, *others}) == 6
 
 
 def test_crash_while_writing_leaves_previous_valid(tmp_path: Path, monkeypatch) -> None:
