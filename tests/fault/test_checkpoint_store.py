@@ -71,7 +71,9 @@ def test_keeps_only_the_newest(tmp_path: Path) -> None:
         (lambda d: (d / "manifest.json").unlink(), "manifest.json: missing"),
     ],
 )
-def test_corrupt_newest_falls_back_to_previous(tmp_path: Path, damage, expected: str) -> None:
+def test_corrupt_newest_falls_back_to_previous(
+    tmp_path: Path, damage, expected: str, caplog: pytest.LogCaptureFixture
+) -> None:
     store = CheckpointStore(tmp_path, keep=3)
     _save(store, 10)
     _save(store, 20)
@@ -79,6 +81,9 @@ def test_corrupt_newest_falls_back_to_previous(tmp_path: Path, damage, expected:
     with pytest.warns(CheckpointWarning, match=expected) as caught:
         loaded = store.load_latest()
     assert "step_00000020" in str(caught[0].message)
+    assert caught[0].filename == __file__  # the warning points at the caller of load_latest
+    assert [r.getMessage() for r in caplog.records] == [str(caught[0].message)]
+    assert str(caught[0].message).startswith("skipping corrupt checkpoint: ")
     assert loaded is not None and loaded.step == 10
     assert torch.equal(loaded.state.tables["t_a"], _state(10.0).tables["t_a"])
 
@@ -118,8 +123,9 @@ class _Payload:
     """Not a tensor: unpickling it would run arbitrary code, which ``weights_only`` refuses."""
 
 
+@pytest.mark.parametrize("name", ["tables.pt", "dense.pt", "rng.pt"])
 def test_a_payload_that_is_not_tensors_is_refused_even_with_a_valid_checksum(
-    tmp_path: Path,
+    tmp_path: Path, name: str
 ) -> None:
     store = CheckpointStore(tmp_path)
     _save(store, 10)
@@ -127,11 +133,11 @@ def test_a_payload_that_is_not_tensors_is_refused_even_with_a_valid_checksum(
     buffer = io.BytesIO()
     torch.save({"t_a": _Payload()}, buffer)
     data = buffer.getvalue()
-    (step / "tables.pt").write_bytes(data)
+    (step / name).write_bytes(data)
     manifest = json.loads((step / "manifest.json").read_text())
-    manifest["files"]["tables.pt"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    manifest["files"][name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     (step / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(CheckpointError, match="cannot be unpickled"):
+    with pytest.raises(CheckpointError, match=f"^{step}: cannot be unpickled: "):
         store.load(step)
 
 
@@ -219,3 +225,67 @@ def _flip_byte(path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
+
+
+def _manifest_edit(edit):
+    def damage(step: Path) -> None:
+        manifest = json.loads((step / "manifest.json").read_text())
+        (step / "manifest.json").write_text(json.dumps(edit(manifest)))
+    return damage
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (_manifest_edit(lambda m: {**m, "format": 2}),
+         "manifest.json: not a format-1 checkpoint manifest"),
+        (_manifest_edit(lambda m: [m]), "manifest.json: not a format-1 checkpoint manifest"),
+        (_manifest_edit(lambda m: {k: v for k, v in m.items() if k != "step"}),
+         "manifest.json: lacks 'step' or 'files'"),
+        (_manifest_edit(lambda m: {**m, "files": list(m["files"])}),
+         "manifest.json: lacks 'step' or 'files'"),
+        (_manifest_edit(lambda m: {**m, "files": {k: v for k, v in m["files"].items()
+                                                  if k != "rng.pt"}}),
+         "manifest.json: lists no file 'rng.pt'"),
+    ],
+)
+def test_each_corrupt_manifest_is_named_with_its_fault(tmp_path: Path, damage, message) -> None:
+    store = CheckpointStore(tmp_path)
+    _save(store, 10)
+    damage(tmp_path / "step_00000010")
+    with pytest.raises(CheckpointError) as error:
+        store.load(tmp_path / "step_00000010")
+    assert str(error.value) == f"{tmp_path / 'step_00000010'}/{message}"
+
+
+def test_a_truncated_or_altered_file_is_named_with_both_sizes_or_both_checksums(
+    tmp_path: Path,
+) -> None:
+    store = CheckpointStore(tmp_path)
+    _save(store, 10)
+    step = tmp_path / "step_00000010"
+    manifest = json.loads((step / "manifest.json").read_text())
+    size = manifest["files"]["tables.pt"]["bytes"]
+    (step / "tables.pt").write_bytes((step / "tables.pt").read_bytes()[:-7])
+    with pytest.raises(CheckpointError) as error:
+        store.load(step)
+    assert str(error.value) == (
+        f"{step / 'tables.pt'}: {size - 7} bytes, the manifest says {size} (truncated?)"
+    )
+    _flip_byte(step / "dense.pt")
+    (step / "tables.pt").unlink()
+    manifest["files"].pop("tables.pt")
+    (step / "manifest.json").write_text(json.dumps(manifest))
+    now = hashlib.sha256((step / "dense.pt").read_bytes()).hexdigest()
+    with pytest.raises(CheckpointError) as error:
+        store.load(step)
+    assert str(error.value) == (
+        f"{step / 'dense.pt'}: sha256 {now[:16]}... does not match the manifest's "
+        f"{manifest['files']['dense.pt']['sha256'][:16]}..."
+    )
+
+
+def test_a_loaded_checkpoint_carries_its_fingerprint(tmp_path: Path) -> None:
+    CheckpointStore(tmp_path, fingerprint={"seed": 1}).save(5, _state(0.0), torch.get_rng_state())
+    loaded = CheckpointStore(tmp_path, fingerprint={"seed": 1}).load_latest()
+    assert loaded is not None and loaded.fingerprint == {"seed": 1}
