@@ -96,8 +96,19 @@ def test_all_corrupt_is_an_error_naming_each_file(tmp_path: Path) -> None:
     (tmp_path / "step_00000020" / "dense.pt").unlink()
     with pytest.warns(CheckpointWarning), pytest.raises(CheckpointError) as error:
         store.load_latest()
-    assert "step_00000010/tables.pt" in str(error.value)
-    assert "step_00000020/dense.pt: missing" in str(error.value)
+    lines = str(error.value).splitlines()
+    assert lines[0] == f"no valid checkpoint in {tmp_path}:"
+    assert lines[1] == f"  {tmp_path}/step_00000020/dense.pt: missing"  # newest first
+    assert lines[2].startswith(f"  {tmp_path}/step_00000010/tables.pt: sha256 ")
+    assert len(lines) == 3
+
+
+def test_step_zero_is_a_step_and_a_negative_one_is_refused(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    _save(store, 0)
+    assert [step for step, _ in store.steps()] == [0]
+    with pytest.raises(ValueError, match=r"^checkpoint step must be >= 0, got -1$"):
+        _save(store, -1)
 
 
 def test_checkpoint_of_another_run_is_refused(tmp_path: Path) -> None:
