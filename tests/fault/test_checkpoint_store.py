@@ -225,11 +225,33 @@ def test_retaking_a_step_replaces_it(tmp_path: Path) -> None:
     assert loaded is not None
     assert torch.equal(loaded.state.tables["t_a"], _state(2.0).tables["t_a"])
     assert [step for step, _ in store.steps()] == [10]
+    assert not list(tmp_path.glob(".tmp-*"))  # the replaced one is gone, not left aside
 
 
 def test_bad_keep_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"checkpoint\.keep"):
         CheckpointStore(tmp_path, keep=0)
+
+
+@pytest.mark.parametrize(("keep", "kept"), [(None, [30, 40]), (1, [40])])
+def test_keep_defaults_to_two_and_may_be_one(tmp_path: Path, keep, kept) -> None:
+    store = CheckpointStore(tmp_path / "a" / "b", **({} if keep is None else {"keep": keep}))
+    for step in (10, 20, 30, 40):
+        _save(store, step)
+    assert [step for step, _ in store.steps()] == kept
+
+
+def test_save_returns_what_it_wrote_and_any_fingerprint_value_reads_back(tmp_path: Path) -> None:
+    fingerprint = {"dir": tmp_path / "data", "sizes": (5, 4), "seed": 3}
+    store = CheckpointStore(tmp_path, fingerprint=fingerprint)
+    rng = torch.get_rng_state()
+    saved = store.save(7, _state(1.0), rng)
+    assert (saved.step, saved.path) == (7, tmp_path / "step_00000007")
+    assert torch.equal(saved.state.tables["t_a"], _state(1.0).tables["t_a"])
+    assert torch.equal(saved.rng_state, rng)
+    assert saved.fingerprint == {"dir": str(tmp_path / "data"), "sizes": [5, 4], "seed": 3}
+    loaded = CheckpointStore(tmp_path, fingerprint=fingerprint).load_latest()
+    assert loaded is not None and loaded.fingerprint == saved.fingerprint
 
 
 def _flip_byte(path: Path) -> None:
