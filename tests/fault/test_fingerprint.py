@@ -50,6 +50,7 @@ def test_another_runs_checkpoints_are_refused(tmp_path: Path, other_run: str) ->
     first = _store(tmp_path)
     assert first is not None
     _save_a_checkpoint(first)
+    assert first.root == tmp_path / "shared"
     second = _store(tmp_path, other_run)
     assert second is not None and second.root == first.root
     with pytest.raises(CheckpointError, match="checkpoint of another run"):
@@ -76,6 +77,8 @@ def test_the_fingerprint_holds_the_resolved_config_but_not_the_run_length(tmp_pa
     assert fingerprint["seed"] == "3" and fingerprint["run.batch_size"] == "64"
     assert fingerprint["run.torch_threads"] == "1"
     assert fingerprint["model.name"] == "dlrm"
+    # interpolations resolved: the bottom MLP ends in the embedding width, as a value
+    assert fingerprint["model.bottom_mlp"] == f"[64, {fingerprint['model.embedding_dim']}]"
     assert not any(key.startswith(("tracking.", "mllog.")) for key in fingerprint)
     for left_out in ("run.steps", "run.progress", "run.checkpoint_every", "run.max_restarts",
                      "run.eval_every"):
