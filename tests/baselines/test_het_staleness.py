@@ -147,3 +147,15 @@ def test_no_value_served_is_more_than_bound_clocks_behind(
     assert torch.equal(model, made[:, None].expand(-1, DIM).float())
     assert torch.equal(server.versions, sum(worker.applied for worker in team))
     assert torch.equal(server.weights[:, 0], server.versions.float())
+
+
+def test_the_server_counts_each_cached_reads_lag_in_int64_buckets() -> None:
+    server = VersionedRows(torch.zeros(4, DIM))
+    assert server.staleness_hist.dtype == torch.int64 and len(server.staleness_hist) == 33
+    server.push(torch.tensor([0, 1, 1]), torch.ones(3, DIM), torch.tensor([1, 1, 1]))
+    # row 0 one behind, row 1 two behind, row 2 never pulled, row 3 ahead of the server (a
+    # worker whose push is still in flight): counted as fresh, not as a negative lag
+    reply = server.pull(torch.tensor([0, 1, 2, 3]), torch.tensor([0, 0, -1, 5]), bound=1)
+    assert server.staleness_hist[:3].tolist() == [1, 1, 1]
+    assert int(server.staleness_hist.sum()) == 3
+    assert reply.positions.tolist() == [1, 2]  # two behind > bound 1, and never pulled
