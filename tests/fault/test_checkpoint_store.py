@@ -112,10 +112,13 @@ def test_step_zero_is_a_step_and_a_negative_one_is_refused(tmp_path: Path) -> No
 
 
 def test_checkpoint_of_another_run_is_refused(tmp_path: Path) -> None:
-    CheckpointStore(tmp_path, fingerprint={"seed": 1}).save(5, _state(0.0), torch.get_rng_state())
+    mine = {"seed": 1, "batch": 64}
+    CheckpointStore(tmp_path, fingerprint=mine).save(5, _state(0.0), torch.get_rng_state())
     with pytest.raises(CheckpointError, match="another run") as refused:
-        CheckpointStore(tmp_path, fingerprint={"seed": 2}).load_latest()
-    assert "fingerprint {'seed': 1} differs from this run's {'seed': 2}" in str(refused.value)
+        CheckpointStore(tmp_path, fingerprint={"seed": 2, "batch": 64}).load_latest()
+    # both fingerprints, keys sorted (as they are stored)
+    assert ("fingerprint {'batch': 64, 'seed': 1} differs from this run's "
+            "{'batch': 64, 'seed': 2}") in str(refused.value)
 
 
 def test_a_manifest_without_a_fingerprint_is_one_of_a_run_without_one(tmp_path: Path) -> None:
