@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bagpipe.bench.mutants_targets import EQUIVALENT, TARGETS, Target
+from bagpipe.bench.mutants_targets import ACCEPTED, EQUIVALENT, TARGETS, Target
 
 ROOT = Path(__file__).resolve().parents[2]
 WORK = ROOT / ".mutants"
@@ -115,8 +115,13 @@ def _survivors(target: Target) -> str:
     if not survived:
         return "\n".join([*lines, "No survivors.", ""])
     for name in survived:
-        reason = EQUIVALENT.get(name)
-        lines.append(f"* `{name}`: " + (f"equivalent. {reason}" if reason else "not caught."))
+        if name in EQUIVALENT:
+            verdict = f"equivalent. {EQUIVALENT[name]}"
+        elif name in ACCEPTED:
+            verdict = f"not caught, accepted (counted as surviving). {ACCEPTED[name]}"
+        else:
+            verdict = "not caught."
+        lines.append(f"* `{name}`: {verdict}")
         diff = subprocess.run(
             [sys.executable, "-m", "mutmut", "show", name], cwd=work_dir(target),
             capture_output=True, text=True, check=False,

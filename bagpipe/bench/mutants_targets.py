@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["EQUIVALENT", "TARGETS", "Target"]
+__all__ = ["ACCEPTED", "EQUIVALENT", "TARGETS", "Target"]
 
 
 @dataclass(frozen=True)
@@ -83,4 +83,9 @@ TARGETS: tuple[Target, ...] = (
 )
 
 #: Surviving mutants that cannot change what the code does, by mutmut's name, with the reason.
+#: They are left out of ``caught_pct``'s denominator.
 EQUIVALENT: dict[str, str] = {}
+
+#: Surviving mutants that can change what the code does, but only in a case not worth a test
+#: (named in the reason). They still count as surviving.
+ACCEPTED: dict[str, str] = {}
