@@ -85,6 +85,9 @@ TARGETS: tuple[Target, ...] = (
 #: Surviving mutants that cannot change what the code does, by mutmut's name, with the reason.
 #: They are left out of ``caught_pct``'s denominator.
 EQUIVALENT: dict[str, str] = {
+    **{f"bagpipe.harness.run.runner.x_summarize__mutmut_{n}": (
+        "`float` parses `\"NAN\"` and `\"INF\"` as it does `\"nan\"` and `\"inf\"` (case-insensitive).")
+       for n in (49, 94, 108, 116, 124)},
     **{f"bagpipe.core.checkpoint.xǁCheckpointStoreǁload__mutmut_{n}": (
         "`weights_only=None` or left out is torch's default, True since torch 2.6 (2.14 here).")
        for n in (27, 29, 36, 38, 45, 47)},

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from bagpipe.core.batch import Batch
-from bagpipe.core.interface import StepResult, TrainContext
+from bagpipe.core.interface import ModelState, StepResult, TrainContext
 from bagpipe.core.meter import StepRecord
 from bagpipe.harness.run import runner
 from bagpipe.harness.run.runner import EvalPoint, RunConfig, run_training, summarize
@@ -112,6 +112,11 @@ class _Clocked(LocalSystem):
     def stats(self) -> dict[str, Any]:
         return {"rows": 7, "ratio": 0.25, "flag": True, "label": "x"}
 
+    def full_state(self) -> ModelState:
+        """Read by the evaluation (and a checkpoint): a quarter of a second each."""
+        self.clock.now += 0.25
+        return super().full_state()
+
 
 def test_run_training_reports_the_exact_statistics_of_its_step_times(
     tiny_context: ContextFactory, monkeypatch: pytest.MonkeyPatch
@@ -131,7 +136,12 @@ def test_run_training_reports_the_exact_statistics_of_its_step_times(
     assert s["system_rows"] == 7.0 and s["system_ratio"] == 0.25
     assert "system_flag" not in s and "system_label" not in s
     assert s["first_step"] == 0.0 and s["reorders_samples"] == 0.0
-    assert s["init_time_s"] == 0.0 and s["eval_wall_s"] == 0.0
+    assert s["init_time_s"] == 0.0 and s["checkpoint_wall_s"] == 0.0
+    # one evaluation, at the end: its quarter second is evaluation time, not training time.
+    # (The run's start is read from the real clock, so the total is taken from the evaluation
+    # point, stamped as the run ends.)
+    assert s["eval_wall_s"] == 0.25 and [p.step for p in result.evals] == [12]
+    assert s["train_wall_s"] == pytest.approx(result.evals[-1].wall_s - 0.25, rel=1e-12)
 
 
 def test_zero_and_subsecond_step_times() -> None:
