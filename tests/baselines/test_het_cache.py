@@ -91,6 +91,30 @@ def test_table_capacities_follow_het_rows_div_10() -> None:
         table_capacities([10], fraction=1.5)
 
 
+def test_table_capacities_at_their_bounds() -> None:
+    assert table_capacities([100, 9], rows_per_table=0) == [0, 0]  # no cache: every key uncached
+    assert table_capacities([100, 9], fraction=0.0) == [0, 0]
+    assert table_capacities([100, 9], fraction=1.0) == [100, 9]  # every row cached
+    with pytest.raises(ValueError, match=r"^het\.cache_rows_per_table must be >= 0, got -1$"):
+        table_capacities([10], rows_per_table=-1)
+    with pytest.raises(ValueError, match=r"^het\.cache_fraction must be in \[0, 1\], got None$"):
+        table_capacities([10])
+
+
+def test_a_push_split_by_shard_keeps_keys_deltas_and_counts_together() -> None:
+    push = PushBatch(torch.tensor([3, 8, 5]), torch.arange(6.0).view(3, 2), torch.tensor([1, 2, 3]))
+    part = push.part(torch.tensor([2, 0]))
+    assert part.keys.tolist() == [5, 3] and part.counts.tolist() == [3, 1]
+    assert part.deltas.tolist() == [[4.0, 5.0], [0.0, 1.0]]
+
+
+def test_key_of_slot_marks_empty_lines() -> None:
+    cache = HetCache([4, 3], [2, 2], dim=2, bound=0, policy="lru")
+    _read(cache, VersionedRows(torch.zeros(7, 2)), [1, 5])
+    lines = cache.key_of_slot()
+    assert lines.dtype == torch.int64 and sorted(lines.tolist()) == [-1, -1, 1, 5]
+
+
 # -- server rule -------------------------------------------------------------------------------
 
 
