@@ -31,6 +31,32 @@ def test_sample_access_counts_full_sample_is_exact_bincount() -> None:
     assert sampled == 2 and int(counts.sum()) == 4
 
 
+def test_sample_access_counts_is_seeded_sizes_its_sample_and_checks_its_rate() -> None:
+    ids = torch.arange(20).view(10, 2)
+    torch.manual_seed(1)
+    first, sampled = sample_access_counts(ids, total_rows=30, sample_rate=0.3, seed=5)
+    torch.manual_seed(2)  # the global RNG plays no part: the sample follows ``seed`` only
+    again, _ = sample_access_counts(ids, total_rows=30, sample_rate=0.3, seed=5)
+    assert torch.equal(first, again) and sampled == 3 and len(first) == 30
+    assert any(not torch.equal(first, sample_access_counts(ids, 30, 0.3, seed)[0])
+               for seed in range(6, 10))
+    counts, sampled = sample_access_counts(ids, total_rows=30, sample_rate=0.01, seed=0)
+    assert sampled == 1 and int(counts.sum()) == 2  # at least one example, however small x
+    for rate in (0.0, 1.5):
+        with pytest.raises(ValueError, match=rf"^fae\.sample_rate must be in \(0, 1\], got {rate}$"):
+            sample_access_counts(ids, total_rows=30, sample_rate=rate, seed=0)
+
+
+def test_choose_hot_rows_defaults_are_the_papers() -> None:
+    """Paper mode, FAE's 5% sample, 60 bisection steps."""
+    kwargs = {"accesses_per_table": [200, 200], "min_table_bytes": 0}
+    default = choose_hot_rows(_counts(), [4, 4], 4, budget_bytes=3 * ROW_BYTES_DIM4, **kwargs)
+    spelled = choose_hot_rows(_counts(), [4, 4], 4, budget_bytes=3 * ROW_BYTES_DIM4,
+                              mode="paper", sample_rate=0.05, search_iterations=60, **kwargs)
+    assert default.mode == "paper" and default.rows.tolist() == spelled.rows.tolist()
+    assert default.threshold == spelled.threshold
+
+
 def _counts() -> torch.Tensor:
     #                  table 0          table 1
     return torch.tensor([10, 5, 1, 0, 8, 0, 3, 2])
