@@ -85,6 +85,9 @@ TARGETS: tuple[Target, ...] = (
 #: Surviving mutants that cannot change what the code does, by mutmut's name, with the reason.
 #: They are left out of ``caught_pct``'s denominator.
 EQUIVALENT: dict[str, str] = {
+    "baselines.fae.hotset.x_choose_hot_rows__mutmut_12": (
+        "`torch.repeat_interleave(repeats)` alone repeats `arange(len(repeats))`: the same "
+        "table index per row as the two-argument call."),
     **{f"bagpipe.harness.run.runner.x_summarize__mutmut_{n}": (
         "`float` parses `\"NAN\"` and `\"INF\"` as it does `\"nan\"` and `\"inf\"` (case-insensitive).")
        for n in (49, 94, 108, 116, 124)},

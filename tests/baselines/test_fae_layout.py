@@ -101,6 +101,24 @@ def test_small_tables_are_all_hot_and_use_budget_first() -> None:
     assert hot.bytes == 5 * ROW_BYTES_DIM4
 
 
+def test_a_table_exactly_at_the_bar_is_searched_and_a_spent_budget_ends_the_pick() -> None:
+    counts = torch.tensor([0, 0, 0, 9, 7, 0, 0, 0, 0, 0, 0, 1])
+    paper = {"mode": "paper", "accesses_per_table": [10, 10], "sample_rate": 1.0}
+    # table 0 is exactly 64 B: not under a 64 B bar, so it competes like table 1
+    hot = choose_hot_rows(counts, [4, 8], 4, budget_bytes=2 * ROW_BYTES_DIM4,
+                          min_table_bytes=64, **paper)
+    assert hot.rows.tolist() == [3, 4] and hot.threshold is not None
+    # table 0 under a 65 B bar takes the whole budget: no search, nothing else hot
+    hot = choose_hot_rows(counts, [4, 8], 4, budget_bytes=4 * ROW_BYTES_DIM4,
+                          min_table_bytes=65, **paper)
+    assert hot.rows.tolist() == [0, 1, 2, 3] and hot.threshold is None
+    assert (hot.mode, hot.row_bytes, hot.bytes) == ("paper", 16, 64)
+    # one byte left: the search runs and finds no row small enough to fit
+    hot = choose_hot_rows(counts, [4, 8], 4, budget_bytes=4 * ROW_BYTES_DIM4 + 1,
+                          min_table_bytes=65, **paper)
+    assert hot.rows.tolist() == [0, 1, 2, 3] and hot.threshold is not None
+
+
 def test_unknown_mode_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match=r"fae\.threshold_mode"):
         choose_hot_rows(_counts(), [4, 4], 4, budget_bytes=10, mode="clt")
