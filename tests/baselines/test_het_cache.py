@@ -108,6 +108,17 @@ def test_a_push_split_by_shard_keeps_keys_deltas_and_counts_together() -> None:
     assert part.deltas.tolist() == [[4.0, 5.0], [0.0, 1.0]]
 
 
+def test_an_empty_push_and_a_request_without_keys() -> None:
+    empty = PushBatch.concat([], dim=3)
+    assert empty.keys.dtype == torch.int64 and empty.keys.shape == (0,)
+    assert empty.deltas.shape == (0, 3) and empty.rows_by_trigger == {}
+    assert empty.counts.dtype == torch.int64 and empty.counts.shape == (0,)
+    request = PullRequest(torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=torch.int64),
+                          torch.empty(0, 3), torch.empty(0, dtype=torch.int64))
+    request.absorb(PushBatch(torch.tensor([4]), torch.ones(1, 3), torch.tensor([1])))
+    assert request.pushed_delta.shape == (0, 3)
+
+
 def test_key_of_slot_marks_empty_lines() -> None:
     cache = HetCache([4, 3], [2, 2], dim=2, bound=0, policy="lru")
     _read(cache, VersionedRows(torch.zeros(7, 2)), [1, 5])
