@@ -101,7 +101,7 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff (style, imports, common bugs) and mypy on the packages."""
     ensure_env(session)
-    run_in_env(session, env_bin("ruff"), "check", "bagpipe", "baselines", "tests", "noxfile.py")
+    run_in_env(session, env_bin("ruff"), "check", "bagpipe", "baselines", "hydra_plugins", "tests", "noxfile.py")
     run_in_env(session, env_bin("mypy"))
 
 
@@ -184,19 +184,11 @@ def smoke(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none", default=False)
 def mlflow_ui(session: nox.Session) -> None:
-    """Serve the MLflow UI on the embedded store (./mlflow.db) and print its URL.
+    """Serve the MLflow UI on the embedded store (./mlflow.db) and print the URL of the
+    experiment's runs page (``bagpipe.harness.track.ui``).
 
     ``-- --port N`` picks the port (default: a free one); the UI stops with Ctrl-C.
     """
-    import socket
-
     ensure_env(session)
-    args = list(session.posargs)
-    if "--port" not in args:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            args += ["--port", str(probe.getsockname()[1])]
-    port = args[args.index("--port") + 1]
-    session.log(f"MLflow UI: http://127.0.0.1:{port}  (store sqlite:///{ROOT}/mlflow.db)")
-    run_in_env(session, env_bin("mlflow"), "ui", "--backend-store-uri",
-               f"sqlite:///{ROOT}/mlflow.db", "--host", "127.0.0.1", *args)
+    run_in_env(session, env_bin("python"), "-m", "bagpipe.harness.track.ui", "--store",
+               f"sqlite:///{ROOT}/mlflow.db", *session.posargs)

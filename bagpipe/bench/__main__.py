@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -27,7 +28,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
     parser.add_argument("--reports", type=Path, default=Path("reports"))
     args = parser.parse_args(argv)
-    console = Console()
+    # Off a terminal (a log, CI) rich would squeeze a wide table into 80 columns of ellipses.
+    console = Console() if sys.stdout.isatty() else Console(width=400)
     args.out.mkdir(parents=True, exist_ok=True)
     for name in args.only.split(","):
         if name not in BENCHMARKS + ON_REQUEST:

@@ -50,7 +50,7 @@ from bagpipe.bench.mutants_targets import EQUIVALENT, TARGETS, Target
 
 __all__ = ["report", "run"]
 
-LINKED = ("bagpipe", "baselines", "tests", "suites")
+LINKED = ("bagpipe", "baselines", "hydra_plugins", "tests", "suites")
 
 
 def run(
@@ -178,7 +178,7 @@ def _mutmut_section(target: Target) -> str:
         f"only_mutate = {strings([target.source])}",
         f"pytest_add_cli_args_test_selection = {strings(target.tests)}",
         f"pytest_add_cli_args = {strings(['-p', 'no:cacheprovider'])}",
-        f"also_copy = {strings(['suites'])}",
+        f"also_copy = {strings(['suites', 'hydra_plugins'])}",
         "use_git_change_detection = false",
         "process_isolation = \"forkserver\"",
         "",

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bagpipe.core.interface import ModelConfig, OptimConfig, TrainContext
+from bagpipe.core.interface import ModelConfig, OptimConfig, System, TrainContext
 from bagpipe.core.net import NetworkConfig, Topology, netns_available
 from bagpipe.core.net.report import NetworkReport
 from bagpipe.core.registry import load_system
@@ -58,8 +58,9 @@ class Measured:
     network: NetworkReport | None
 
 
-def measure(system: str, backend: str, steps: int, warmup: int) -> Measured:
-    """Train ``system`` for ``warmup + steps`` steps on ``backend`` (``real``: nothing emulated)."""
+def measure(system: str | type[System], backend: str, steps: int, warmup: int) -> Measured:
+    """Train ``system`` (a registered name, or a class taking the parameter-server knobs) for
+    ``warmup + steps`` steps on ``backend`` (``real``: nothing emulated)."""
     dataset = make_dataset(DatasetConfig(scale=0.001))
     topology = Topology.uniform(GBPS, latency_us=50.0, trainers=TRAINERS, servers=SERVERS,
                                 name=f"uniform-{GBPS:g}gbps")
@@ -68,11 +69,13 @@ def measure(system: str, backend: str, steps: int, warmup: int) -> Measured:
         seed=0, source=dataset.train(BATCH, warmup + steps),
         network=NetworkConfig(backend, topology),
     )
-    knobs: dict[str, Any] = {"num_trainers": TRAINERS, **KNOBS.get(system, {})}
-    if system != "torchrec":
+    name = system if isinstance(system, str) else system.__name__
+    knobs: dict[str, Any] = {"num_trainers": TRAINERS, **KNOBS.get(name, {})}
+    if name != "torchrec":
         knobs["num_servers"] = SERVERS
+    factory = load_system(system) if isinstance(system, str) else system
     result: RunResult = run_training(
-        load_system(system)(**knobs), ctx, dataset.eval(BATCH, 1),
+        factory(**knobs), ctx, dataset.eval(BATCH, 1),
         RunConfig(warmup + steps, eval_every=0, warmup_steps=warmup, progress=False),
     )
     return Measured(result.summary["iter_time_p50_s"], warmup + steps, result.network)

@@ -10,6 +10,8 @@ Rows (long format, one metric each):
 
 * ``iter_time_p50_s`` / ``iter_time_mean_s``: driver-side step time;
 * ``fetch_wait_s``: mean per-step time trainer 0 spent waiting for embedding rows;
+* ``compute_s``: trainer 0's forward + backward per step; ``other_s``: the step time no phase
+  of trainer 0 covers;
 * ``emb_bytes_per_iter``: embedding traffic (pull + push + all-to-all) per step, all trainers;
 * ``slowdown_vs_local``: p50 iteration time over ``local``'s on the same network.
 
@@ -86,6 +88,15 @@ def _measure(spec: SystemSpec, ctx: TrainContext, steps: int) -> dict[str, float
         "iter_time_mean_s": statistics.fmean(times_s),
         "fetch_wait_s": statistics.fmean(
             r.phase_s.get(str(Phase.FETCH_WAIT), 0.0) for r in records
+        ),
+        # trainer 0's forward and backward: the CPU a step's dense work got
+        "compute_s": statistics.fmean(
+            r.phase_s.get(str(Phase.FORWARD), 0.0) + r.phase_s.get(str(Phase.BACKWARD), 0.0)
+            for r in records
+        ),
+        # the step time no phase covers (RPCs, the driver, waiting for a core)
+        "other_s": statistics.fmean(times_s) - statistics.fmean(
+            sum(r.phase_s.values()) for r in records
         ),
         "emb_bytes_per_iter": statistics.fmean(
             sum(r.bytes_sent.get(str(kind), 0) for kind in EMB_KINDS) for r in records

@@ -14,12 +14,25 @@ and the embedding servers work on.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
 from torchrec.datasets.utils import Batch
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+
+class _FxTracingNotice(logging.Filter):
+    """Drops torch's notice that ``is_fx_tracing`` is deprecated: torch's own metaclass of
+    ``KeyedJaggedTensor`` calls it for every KJT built, so every process would print it once
+    although nothing here traces (only that message is dropped)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("is_fx_tracing will return true")
+
+
+logging.getLogger("torch.fx._symbolic_trace").addFilter(_FxTracingNotice())
 
 __all__ = [
     "Batch",

@@ -105,7 +105,7 @@ def replicate_dense(model: nn.Module, fuse: FusedTail | None = None) -> Distribu
     broadcast is skipped (``init_sync=False``): the replicas are equal by construction, as the
     equivalence tests check. ``fuse`` lets the system's extra gradients ride in the last bucket.
     """
-    replica = DistributedDataParallel(model, init_sync=False, broadcast_buffers=False)
+    replica = DistributedDataParallel(model, init_sync=False, forward_sync_buffers=False)
     replica.register_comm_hook(None, fuse.hook if fuse is not None else ddp_hook())
     return replica
 

@@ -22,7 +22,9 @@ import torch.distributed as dist
 from torch import nn
 from torchrec.distributed.embedding_types import EmbeddingComputeKernel
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
+from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
+from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
+from torchrec.distributed.planner.types import KernelConfig, TopologyFactory, TrainerConfig
 from torchrec.distributed.sharding_plan import (
     column_wise,
     construct_module_sharding_plan,
@@ -183,6 +185,10 @@ def manual_plan(
     )
 
 
+#: Share of each device's memory the planner keeps free (TorchRec's default heuristic margin).
+_RESERVED_SHARE = 0.15
+
+
 def planner_plan(
     model: nn.Module,
     module_path: str,
@@ -203,10 +209,16 @@ def planner_plan(
             compute_kernels=None,
             min_partition=knobs.min_partition,
         )
+    # The factory and a fixed reservation are what TorchRec asks for; its deprecated defaults (a
+    # directly built Topology, the heuristic reservation) warn on every run.
     planner = EmbeddingShardingPlanner(
-        topology=Topology(world_size=world, local_world_size=world, compute_device=device_type),
+        topology=TopologyFactory.create_topology(
+            TrainerConfig(world_size=world, local_world_size=world),
+            kernel_config=KernelConfig(compute_device=device_type),
+        ),
         batch_size=local_batch_size,
         constraints=constraints,
+        storage_reservation=FixedPercentageStorageReservation(_RESERVED_SHARE),
     )
     plan: ShardingPlan = planner.collective_plan(model, [sharder], group)
     module_plan = plan.get_plan_for_module(module_path)

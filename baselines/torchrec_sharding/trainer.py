@@ -19,6 +19,7 @@ get the ``local`` gradient; the reported loss is ``sum_r bce_sum_r / B_g``.
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
@@ -64,6 +65,16 @@ from baselines.torchrec_sharding.plan import (
 
 EBC_PATH = "ebc"
 PIPELINE_PHASE = "train_pipeline"  # the pipeline runs a whole step in one call
+
+# TorchRec 1.9.2 itself calls torch APIs that torch has since deprecated (DDP's
+# ``broadcast_buffers``, ``all_gather_into_tensor``, ``reduce_scatter_tensor``): each notice points
+# into TorchRec, changes nothing, and would print in every trainer, so those notices alone are off.
+for _notice in (
+    r"`broadcast_buffers` is deprecated",
+    r"`torch\.distributed\.all_gather_into_tensor` is deprecated",
+    r"`torch\.distributed\.reduce_scatter_tensor` is deprecated",
+):
+    warnings.filterwarnings("ignore", message=_notice, category=FutureWarning)
 
 
 class WiredDataParallel(DefaultDataParallelWrapper):

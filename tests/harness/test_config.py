@@ -17,7 +17,7 @@ from bagpipe.core.interface import OptimConfig
 from bagpipe.core.net import Nic, Topology
 from bagpipe.core.registry import registered_systems
 from bagpipe.harness.run.schema import register_configs
-from bagpipe.harness.run.train import SUITES_DIR
+from bagpipe.harness.run.train import SUITES_DIR, optional_tags, run_params
 from bagpipe.models import paper_config
 
 
@@ -140,3 +140,16 @@ def test_ablation_suite_runs_the_full_design_and_each_single_ablation():
     }
     with pytest.raises(ConfigCompositionException, match=r"system\.prefetch"):
         compose("config", overrides=["system=bagpipe", "system.prefetch=sometimes"])
+
+
+def test_params_name_the_system_and_leave_hydra_keys_out() -> None:
+    cfg = OmegaConf.create({"system": {"_target_": "baselines.sync_ps.system.SyncPS",
+                                       "num_servers": 2}, "seed": 0})
+    params = run_params(cfg, {"system": "sync_ps"})
+    assert params == {"system": "sync_ps", "system.num_servers": "2", "seed": "0"}
+
+
+def test_cluster_and_dilation_tags_only_where_the_config_has_them() -> None:
+    assert optional_tags(OmegaConf.create({"seed": 0})) == {}
+    described = OmegaConf.create({"topology": {"name": "paper"}, "network": {"dilation": 4.0}})
+    assert optional_tags(described) == {"cluster": "paper", "dilation": "4.0"}

@@ -12,11 +12,12 @@ from bagpipe.harness.track.record import RunRecord
 from bagpipe.harness.track.sweeps import add_speedups, runs_frame
 
 
-def make_record(system: str, model: str, seed: int, iter_s: float) -> RunRecord:
+def make_record(system: str, model: str, seed: int, iter_s: float,
+                sha: str = "abc123") -> RunRecord:
     return RunRecord(
         run_name=f"{system}-{model}-s{seed}", experiment="e", params={"seed": str(seed)},
         tags={"system": system, "model": model, "dataset": "synthetic_kaggle", "suite": "fig7",
-              "git_sha": "abc123"},
+              "git_sha": sha},
         summary={"iter_time_mean_s": iter_s, "iter_time_p50_s": iter_s, "iter_time_p90_s": iter_s,
                  "auc": 0.7, "logloss": 0.5, "time_to_target_s": 10.0 + seed,
                  "bytes_per_iter_emb_pull": 100.0, "hit_rate": float("nan")},
@@ -51,6 +52,40 @@ def test_report_writes_csv_figure_and_markdown(tmp_path: Path):
     assert "up to 5.6x" in text
     assert "Bagpipe is up to 5.00x faster per iteration (over sync_ps on dlrm)" in text
     assert "| dlrm | bagpipe | 3 |" in text and "abc123" in text
+    # within every block bagpipe is 5x sync_ps: the paired interval is that, and excludes 1
+    assert "| 5.00x [5.00, 5.00] | faster |" in text
+    table = pd.read_csv(tmp_path / "results" / "fig7" / "runs.csv")
+    assert set(table["git_sha"]) == {"abc123"}
+
+
+def _report(tmp_path: Path, records: list[RunRecord], *extra: str) -> int:
+    add_speedups(records, "sync_ps")
+    csv = tmp_path / "in.csv"
+    runs_frame(records).to_csv(csv, index=False)
+    return report_main(["fig7", "--csv", str(csv), "--results-dir", str(tmp_path / "results"),
+                        "--reports-dir", str(tmp_path / "reports"), *extra])
+
+
+@pytest.mark.parametrize("shas", [("abc123", "def456"), ("abc123-dirty", "abc123-dirty")])
+def test_a_result_set_from_several_commits_or_a_dirty_tree_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], shas: tuple[str, str]
+) -> None:
+    records = [make_record("sync_ps", "dlrm", 0, 0.5, shas[0]),
+               make_record("bagpipe", "dlrm", 0, 0.1, shas[1])]
+    assert _report(tmp_path, records) == 1
+    assert "one clean commit" in capsys.readouterr().err
+    assert not (tmp_path / "reports" / "fig7.md").exists()  # nothing drawn
+    assert _report(tmp_path, records, "--allow-unclean") == 0
+    assert (tmp_path / "reports" / "fig7.md").read_text().startswith("> **Draft:**")
+
+
+def test_noisy_blocks_give_an_interval_that_spans_one(tmp_path: Path) -> None:
+    # bagpipe is faster in two blocks and slower in the third: no verdict either way
+    times = {0: (0.5, 0.4), 1: (0.5, 0.45), 2: (0.5, 0.7)}
+    records = [make_record(system, "dlrm", seed, pair[k]) for seed, pair in times.items()
+               for k, system in enumerate(("sync_ps", "bagpipe"))]
+    assert _report(tmp_path, records) == 0
+    assert "| within noise |" in (tmp_path / "reports" / "fig7.md").read_text()
 
 
 def test_an_unknown_suite_is_refused_naming_the_valid_ones(capsys: pytest.CaptureFixture[str]):

@@ -3,19 +3,16 @@ a run made while the server is unreachable finishes, keeps its results, and uplo
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from bagpipe.harness.track.ui import MlflowServer, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -23,48 +20,13 @@ TINY = ["run.steps=4", "run.eval_every=2", "run.warmup_steps=1", "run.batch_size
         "run.eval_batches=1", "run.progress=false", "launcher=inprocess"]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """An ``mlflow server`` on a free port; its whole process group is stopped afterwards."""
     home = tmp_path_factory.mktemp("mlflow_server")
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-         f"sqlite:///{home}/mlflow.db", "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1"],
-        cwd=home, stdout=(home / "server.log").open("w"), stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    uri = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{uri}/health", timeout=2) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((home / "server.log").read_text()[-2000:])
-            time.sleep(0.5)
-        yield uri
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        # the server's job runner outlives its parent unless the whole group is stopped
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+    with MlflowServer(f"sqlite:///{home}/mlflow.db", log=home / "server.log",
+                      workdir=home) as running:
+        yield running.url
 
 
 def rest(uri: str, path: str, body: dict | None = None) -> dict:
@@ -105,9 +67,17 @@ def test_sweep_runs_are_children_of_one_parent_with_speedups(server: str, tmp_pa
     parent_id = json.loads((sweep_dir / "mlflow_parent.json").read_text())["run_id"]
     children = search_runs(server, f"tags.`mlflow.parentRunId` = '{parent_id}'")
     assert len(children) == 2  # local x dlrm x seeds 0, 1
+    experiment = rest(server, f"experiments/get?experiment_id={children[0]['info']['experiment_id']}")
+    experiment_tags = {t["key"]: t["value"] for t in experiment["experiment"]["tags"]}
+    assert experiment_tags["mlflow.experimentKind"] == "custom_model_development"  # the runs view
+    parent_files = rest(server, f"artifacts/list?run_id={parent_id}")["files"]
+    assert "runs.csv" in {f["path"] for f in parent_files}
     for child in children:
         tags = tags_of(child)
         assert (tags["system"], tags["model"], tags["suite"]) == ("local", "dlrm", "smoke")
+        assert tags["launcher"] == "inprocess" and "cluster" not in tags
+        params = {p["key"]: p["value"] for p in child["data"]["params"]}
+        assert params["system"] == "local" and not any("_target_" in key for key in params)
         assert tags["sweep_id"] == "sweep" and tags["git_sha"] and tags["slurm_job_id"] == "none"
         metrics = metrics_of(child)
         assert metrics["speedup_vs_local"] == pytest.approx(1.0)

@@ -23,7 +23,8 @@ all-to-alls, DDP's buckets), so no system can move a byte without paying for it:
   with the last process in it, taking its interfaces, qdiscs and the bridge with it, and the
   driver's veth end dies with its peer. A deployment's hosts go when it closes; the switch (the
   bridge and the driver's port, :class:`Switch`) serves every deployment of the driver process
-  and goes with the process. Nothing is named in ``/run/netns`` and nothing outlives the driver.
+  and goes with the process. Nothing is named in ``/run/netns`` and nothing outlives the driver
+  but the hosts' name tables (small files), which the next deployment on the machine removes.
   Addresses are private (``10.200.0.0/13``), picked so as not to overlap any route of this
   machine, and used only inside these namespaces.
 
@@ -42,6 +43,7 @@ import random
 import re
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -50,9 +52,13 @@ from pathlib import Path
 
 from bagpipe.core.net.topology import Nic
 
-__all__ = ["NamespaceHosts", "NetnsUnavailableError", "NicCounters", "enter", "netns_available"]
+__all__ = [
+    "HostView", "NamespaceHosts", "NetnsUnavailableError", "NicCounters", "enter", "netns_available",
+]
 
 _CLONE_NEWNET = 0x40000000
+_CLONE_NEWNS = 0x00020000
+_MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 0x40000
 _LOCK_PATH = Path("/run/bagpipe-netns.lock")
 _HOLDER = "while kill -0 $0 2>/dev/null; do sleep 0.2; done"
 _DATA_CLASS, _CONTROL_CLASS = "1:10", "1:20"
@@ -61,6 +67,9 @@ _FIFO_PACKETS = 100_000
 _FRAME_BYTES = 1514
 _TOOLS = ("ip", "tc", "unshare", "nsenter")
 _IDS = itertools.count()
+#: Hosts' name tables, ``<driver pid>-<tag>-*``: a killed driver's are removed by the next start.
+_NAME_TABLES = Path(tempfile.gettempdir()) / "bagpipe-netns"
+DRIVER_HOST = "driver"  # the driver's name in every host's name table
 
 
 class NetnsUnavailableError(RuntimeError):
@@ -106,20 +115,45 @@ def netns_available() -> str | None:
     return None
 
 
-def enter(netns_path: str) -> None:
-    """Move the calling (still single-threaded) process into the namespace at ``netns_path``.
+@dataclass(frozen=True)
+class HostView:
+    """What a role process needs to live on its emulated host: the host's network namespace and
+    the host's name table (every emulated host's address by name, as ``/etc/hosts``).
 
-    Threads started afterwards inherit it, so a role calls this before it starts any thread or
-    opens any socket.
+    The name table matters because an address of these namespaces has no DNS to answer for it:
+    libraries that name their peers (c10d's store logs each client by host name) would otherwise
+    fail the lookup, and warn, on every connection.
+    """
+
+    netns_path: str
+    hosts_file: str
+
+
+def enter(view: HostView) -> None:
+    """Move the calling (still single-threaded) process onto its emulated host.
+
+    The process joins the host's network namespace and gets a mount namespace of its own in which
+    ``/etc/hosts`` is the host's name table (nothing outside the process sees either). Threads
+    started afterwards inherit both, so a role calls this before it starts any thread or opens any
+    socket.
     """
     libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(netns_path, os.O_RDONLY)
-    try:
-        if libc.setns(fd, _CLONE_NEWNET) != 0:
+
+    def check(result: int, what: str) -> None:
+        if result != 0:
             err = ctypes.get_errno()
-            raise OSError(err, f"setns({netns_path}): {os.strerror(err)}")
+            raise OSError(err, f"{what}: {os.strerror(err)}")
+
+    fd = os.open(view.netns_path, os.O_RDONLY)
+    try:
+        check(libc.setns(fd, _CLONE_NEWNET), f"setns({view.netns_path})")
     finally:
         os.close(fd)
+    check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    # private first, so the bind mount below stays in this process's mount namespace
+    check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
+    check(libc.mount(view.hosts_file.encode(), b"/etc/hosts", None, _MS_BIND, None),
+          f"mount --bind {view.hosts_file} /etc/hosts")
 
 
 class Switch:
@@ -224,6 +258,7 @@ class NamespaceHosts:
         self._addresses: dict[str, str] = {}
         self._switch_ends: dict[str, str] = {}
         self._baseline: dict[str, NicCounters] = {}
+        self._hosts_file: Path | None = None
         self._closed = False
 
     # ------------------------------------------------------------------ public
@@ -243,9 +278,10 @@ class NamespaceHosts:
     def address(self, host: str) -> str:
         return self._addresses[host]
 
-    def netns_path(self, host: str) -> str:
-        """``/proc/<holder>/ns/net``: what a role process :func:`enter`\\ s."""
-        return f"/proc/{self._holders[host].pid}/ns/net"
+    def view(self, host: str) -> HostView:
+        """What a role process on ``host`` :func:`enter`\\ s."""
+        assert self._hosts_file is not None, "start() the hosts first"
+        return HostView(f"/proc/{self._holders[host].pid}/ns/net", str(self._hosts_file))
 
     def __enter__(self) -> NamespaceHosts:
         self.start()
@@ -257,11 +293,13 @@ class NamespaceHosts:
     def start(self) -> None:
         """Build the hosts and plug them into the switch; on any failure, remove them all."""
         try:
+            _remove_orphaned_name_tables()
             addresses = self.switch.allocate(len(self.nics))
             for host, address in zip(self.nics, addresses, strict=True):
                 self._holders[host] = _holder()
                 self._addresses[host] = address
             _wait_for_holders(self._holders)
+            self._hosts_file = self._write_name_table()
             for index, host in enumerate(self.nics):
                 self._add_host(index, host)
             self._baseline = self.counters(since_start=False)
@@ -300,6 +338,12 @@ class NamespaceHosts:
         if self._closed:
             return
         self._closed = True
+        # A veth end in the switch outlives its peer's namespace here (gVisor): delete the pair.
+        switch = self.switch.holder
+        if switch is not None and switch.poll() is None:
+            for switch_end in self._switch_ends.values():
+                with contextlib.suppress(subprocess.CalledProcessError):
+                    _in(switch.pid, "ip", "link", "del", switch_end)
         for proc in self._holders.values():
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
@@ -307,6 +351,22 @@ class NamespaceHosts:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
         self.switch.release(list(self._addresses.values()))
+        if self._hosts_file is not None:  # a role's mount of it lives on until the role exits
+            self._hosts_file.unlink(missing_ok=True)
+
+    def _write_name_table(self) -> Path:
+        """The ``/etc/hosts`` every host sees: the loopback, the driver and every host by name,
+        each address also in its IPv4-mapped IPv6 form (how a dual-stack listener sees a peer)."""
+        _NAME_TABLES.mkdir(exist_ok=True)
+        fd, path = tempfile.mkstemp(prefix=f"{os.getpid()}-{self._tag}-", dir=_NAME_TABLES)
+        names = {"127.0.0.1": "localhost", self.driver_address: DRIVER_HOST,
+                 **{address: host for host, address in self._addresses.items()}}
+        lines = [f"{prefix}{address}\t{name}" for address, name in names.items()
+                 for prefix in ("", "::ffff:")]
+        with os.fdopen(fd, "w") as handle:
+            handle.write("\n".join(lines) + "\n")
+        os.chmod(path, 0o644)
+        return Path(path)
 
     # ------------------------------------------------------------------ building
     def _add_host(self, index: int, host: str) -> None:
@@ -373,6 +433,15 @@ def _run(*cmd: str) -> str:
 def _in(pid: int, *cmd: str) -> str:
     """Run a command in the network namespace of process ``pid``."""
     return _run("nsenter", f"--net=/proc/{pid}/ns/net", *cmd)
+
+
+def _remove_orphaned_name_tables() -> None:
+    """Remove the name tables of drivers that are gone (a ``SIGKILL`` cannot clean up after
+    itself; a role that still mounts one keeps its copy until it exits)."""
+    for path in _NAME_TABLES.glob("*-*") if _NAME_TABLES.is_dir() else ():
+        pid = path.name.split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            path.unlink(missing_ok=True)
 
 
 def _wait_for_holders(holders: Mapping[str, subprocess.Popen[bytes]]) -> None:

@@ -4,9 +4,10 @@
 launcher's environment; how to use it: ``deployment``); :class:`RoleRef` calls an object living in
 a role's process; :class:`Rendezvous` is where the members of one collective group meet.
 
-Modules, one job each: ``deployment`` (the public handle), ``spawn`` (starting role processes and
-joining the RPC world), ``watch`` (liveness), ``failures`` (which role failed and why),
-``rendezvous`` (collective groups' stores), ``roleref`` (remote objects).
+Modules, one job each: ``deployment`` (the public handle), ``spawn`` (starting role processes,
+joining and leaving the RPC world), ``watch`` (liveness), ``failures`` (which role failed and why),
+``rendezvous`` (collective groups' stores, barriers), ``roleref`` (remote objects), ``quiet``
+(TensorPipe's notices about connections closing, dropped while a world is left).
 """
 
 from bagpipe.core.roles.deployment import Deployment, last_network_report

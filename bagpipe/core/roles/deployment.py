@@ -42,10 +42,12 @@ Rules of the road:
   (gloo). The rendezvous store lives in the driver, so this works across machines too. A process
   may join only one group (it becomes its default process group): e.g. the trainers' group.
 * **Shutdown** (:meth:`close`, or leaving the ``with`` block): when every role is alive, each is
-  asked to stop and leaves the RPC world; then the driver leaves, and any role process still
-  running is terminated, then killed. Nothing is left running, even after a failure. Close only
-  when no call is in flight (wait for your futures first); a later Deployment in the same driver
-  process works (refs of a closed Deployment are dead).
+  asked to stop, all processes leave the RPC world together (``spawn.leave_rpc_world``: nothing
+  is printed about the connections that close) and the roles exit on their own. After a failure
+  the driver leaves alone and ends the roles. Any role process still running is then terminated,
+  then killed, with a warning when a healthy role had to be ended. Nothing is left running. Close
+  only when no call is in flight (wait for your futures first); a later Deployment in the same
+  driver process works (refs of a closed Deployment are dead).
 
 Deployment launchers (SLURM via submitit, ``torchrun``): start ``1 + len(roles)`` processes with
 ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` set, all running the same program,
@@ -68,6 +70,7 @@ import shutil
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -79,12 +82,13 @@ from torch.futures import Future
 
 from bagpipe.core import runtime
 from bagpipe.core.net.fairshare import SharedNics
-from bagpipe.core.net.netns import NamespaceHosts, Switch, netns_available
+from bagpipe.core.net.netns import HostView, NamespaceHosts, Switch, netns_available
 from bagpipe.core.net.report import NetworkReport
 from bagpipe.core.net.topology import host_of
 from bagpipe.core.net.wire import NetworkConfig
 from bagpipe.core.roles import rendezvous, spawn
 from bagpipe.core.roles.failures import RoleFailedError
+from bagpipe.core.roles.quiet import departure_notices_dropped
 from bagpipe.core.roles.rendezvous import Rendezvous
 from bagpipe.core.roles.roleref import RoleRef, construct
 from bagpipe.core.roles.watch import POLL_S, Monitor
@@ -93,6 +97,7 @@ from bagpipe.core.runtime import DRIVER
 __all__ = ["Deployment", "last_network_report"]
 
 _STOP_S = 10.0  # roles asked to stop have this long to leave before they are terminated
+_DEPARTURE = "departure"  # the store every process of the world leaves the RPC world through
 
 
 class Deployment:
@@ -131,7 +136,7 @@ class Deployment:
         self._rpc_up = False
         self._stores: dict[str, dist.TCPStore] = {}
         self._children = spawn.LocalRoles()
-        self._host = os.environ["MASTER_ADDR"] if _attach_env else spawn.LOCALHOST
+        self._host = os.environ["MASTER_ADDR"] if _attach_env else rendezvous.LOCALHOST
         # where roles spawned here report failures; roles attached from a launcher have none
         self._error_dir = None if _attach_env else Path(tempfile.mkdtemp(prefix="bagpipe-roles-"))
         self._monitor = Monitor(self.roles, self._children.exit_codes, self._error_dir)
@@ -190,15 +195,15 @@ class Deployment:
             options=self._options,
             error_dir=str(self._error_dir) if self._error_dir else None,
             parent_pid=os.getpid(),
-            netns_path=self._netns_path(role),
+            host=self._host_view(role),
             ifname=self._ifname(role),
         )
 
-    def _netns_path(self, role: str) -> str | None:
-        """The host namespace a locally spawned role enters (``netns`` back-end only)."""
+    def _host_view(self, role: str) -> HostView | None:
+        """The host a locally spawned role enters (``netns`` back-end only)."""
         if self._hosts is None or role == DRIVER:
             return None
-        return self._hosts.netns_path(host_of(role, self.network.emulated.servers))
+        return self._hosts.view(host_of(role, self.network.emulated.servers))
 
     def _ifname(self, role: str) -> str | None:
         """The interface a process talks on: its host's NIC, the loopback, or the launcher's."""
@@ -372,23 +377,42 @@ class Deployment:
         if self._rpc_up:
             self._rpc_up = False
             if healthy:
-                self._stop_roles()
-            with contextlib.suppress(Exception):
-                rpc.shutdown(graceful=False)
-        self._children.end()
+                self._leave_together()
+            else:
+                with contextlib.suppress(Exception):
+                    rpc.shutdown(graceful=False)
+        ended = self._children.end()
         if self._hosts is not None:
             self._hosts.close()
+        if healthy and ended:
+            warnings.warn(f"roles {', '.join(ended)} did not exit after the deployment closed; "
+                          "they were terminated", RuntimeWarning, stacklevel=2)
         self._monitor.join()
         self._stores.clear()
         if self._error_dir is not None:
             shutil.rmtree(self._error_dir, ignore_errors=True)
 
-    def _stop_roles(self) -> None:
-        """Ask every role to leave the RPC world, and give local ones time to exit on their own."""
-        stops = [rpc.rpc_async(role, spawn.request_stop, timeout=_STOP_S) for role in self.roles]
-        for stop in stops:
-            with contextlib.suppress(Exception):
-                stop.wait()
+    def _leave_together(self) -> None:
+        """Ask every role to stop, leave the RPC world with all of them (``spawn.leave_rpc_world``),
+        and give local roles time to exit on their own.
+
+        The driver's window on its stderr opens first, and each role's opens before it answers the
+        stop request: by the time anyone closes a connection, every process's window is open.
+        """
+        store, departure = rendezvous.host(
+            _DEPARTURE, self._host, len(self.roles) + 1, self._options.rpc_timeout_s
+        )
+        self._stores[_DEPARTURE] = store  # kept until the roles are gone: they wait on it
+        with departure_notices_dropped():
+            stops = [rpc.rpc_async(role, spawn.request_stop, args=(departure,), timeout=_STOP_S)
+                     for role in self.roles]
+            try:
+                torch.futures.wait_all(stops)
+                spawn.leave_rpc_world(departure, _STOP_S, store)
+            except Exception:  # a role did not answer or arrive: leave alone, end the roles below
+                with contextlib.suppress(Exception):
+                    rpc.shutdown(graceful=False)
+                return
         self._children.join(wait_s=_STOP_S)
 
     def __enter__(self) -> Deployment:
@@ -412,7 +436,7 @@ def _driver_address() -> tuple[str, str]:
     if netns_available() is None:
         switch = Switch.of_this_process()
         return switch.driver_address, switch.driver_ifname
-    return spawn.LOCALHOST, "lo"
+    return rendezvous.LOCALHOST, "lo"
 
 
 def last_network_report() -> NetworkReport | None:

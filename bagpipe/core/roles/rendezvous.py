@@ -2,7 +2,8 @@
 
 The driver hosts the store (:func:`host`) and hands the picklable :class:`Rendezvous` to the role
 objects that form the group; each calls ``bagpipe.core.collectives.join_group(spec, rank)``.
-Hosting it in the driver makes it reachable from every machine of the world.
+Hosting it in the driver makes it reachable from every machine of the world. The same store is a
+barrier (:func:`meet`): the processes of a world leave it together through one.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from bagpipe.core.roles.spawn import LOCALHOST
+__all__ = ["LOCALHOST", "Rendezvous", "host", "meet"]
 
-__all__ = ["Rendezvous", "host"]
+LOCALHOST = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -44,3 +45,17 @@ def host(
         timeout=timedelta(seconds=timeout_s),
     )
     return store, Rendezvous(name=name, host=address, port=store.port, world_size=world_size)
+
+
+def meet(spec: Rendezvous, key: str, timeout_s: float, store: dist.Store | None = None) -> None:
+    """Block until all ``spec.world_size`` members have called ``meet`` with ``key``: a barrier.
+
+    ``store`` is the host's own store (the driver passes the one :func:`host` returned); the other
+    members connect to it. Raises when ``timeout_s`` passes first.
+    """
+    timeout = timedelta(seconds=timeout_s)
+    if store is None:
+        store = dist.TCPStore(spec.host, spec.port, is_master=False, timeout=timeout)
+    if store.add(f"{key}/arrived", 1) == spec.world_size:
+        store.set(f"{key}/all", "1")
+    store.wait([f"{key}/all"], timeout)

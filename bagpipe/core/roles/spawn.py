@@ -3,7 +3,8 @@
 Every process of a world (the driver and each role) joins one ``torch.distributed.rpc`` world over
 TensorPipe with the same :class:`WorldOptions`, after installing its
 :mod:`bagpipe.core.runtime`. A role then serves calls until the driver asks it to stop
-(:func:`request_stop`) and exits its process (:func:`serve_role`).
+(:func:`request_stop`), leaves the world together with every other process
+(:func:`leave_rpc_world`) and exits its process (:func:`serve_role`).
 
 Roles on this machine are :class:`LocalRoles`, forked by a ``forkserver`` that imported torch and
 torchrec once; roles started by a launcher call
@@ -14,16 +15,19 @@ world after another: :func:`reset_rpc_bookkeeping` lets it join the next one.
 from __future__ import annotations
 
 import os
+import queue
 import socket
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.distributed.rpc as rpc
 import torch.multiprocessing as mp
 
@@ -31,6 +35,8 @@ from bagpipe.core import runtime
 from bagpipe.core.net import netns
 from bagpipe.core.net.fairshare import SharedNics
 from bagpipe.core.net.wire import Ledger, NetworkConfig
+from bagpipe.core.roles.quiet import DepartureNoticeFilter
+from bagpipe.core.roles.rendezvous import LOCALHOST, Rendezvous, meet
 from bagpipe.core.roles.watch import watch_parent
 
 __all__ = [
@@ -40,6 +46,7 @@ __all__ = [
     "WorldOptions",
     "free_port",
     "join_rpc_world",
+    "leave_rpc_world",
     "request_stop",
     "reset_rpc_bookkeeping",
     "role_context",
@@ -47,9 +54,16 @@ __all__ = [
     "use_interface",
 ]
 
-LOCALHOST = "127.0.0.1"
-_STOP_REPLY_S = 0.05
 _END_S = 2.0  # a terminated role has this long to exit before it is killed
+
+# torch's own ``init_rpc`` hands its gloo backend to ``all_gather_object``, which warns that a
+# backend is not a process group: torch's usage, not ours, and harmless, so that warning alone is
+# silenced (in the driver and, inherited through the fork server, in every role).
+warnings.filterwarnings(
+    "ignore",
+    message=r"You are using a Backend <class 'torch\.distributed\.distributed_c10d\.ProcessGroupGloo'>",
+    category=UserWarning,
+)
 
 
 @dataclass(frozen=True)
@@ -77,8 +91,8 @@ class RoleArgs:
     options: WorldOptions
     error_dir: str | None
     parent_pid: int | None  # the driver's, for roles spawned here (``watch_parent``)
-    #: The ``netns`` host namespace to enter first (``None``: stay in this one).
-    netns_path: str | None = None
+    #: The ``netns`` host to live on, entered first (``None``: stay where the process is).
+    host: netns.HostView | None = None
     #: The interface TensorPipe and gloo use (``None``: as the launcher's environment says).
     ifname: str | None = None
 
@@ -118,8 +132,8 @@ def serve_role(args: RoleArgs) -> None:
     or opens a socket, so everything it does lives there. A failure while starting is written to
     the error directory, so the driver reports it.
     """
-    if args.netns_path is not None:
-        netns.enter(args.netns_path)
+    if args.host is not None:
+        netns.enter(args.host)
     if args.ifname is not None:
         use_interface(args.ifname)
     if args.parent_pid is not None:
@@ -132,18 +146,24 @@ def serve_role(args: RoleArgs) -> None:
     except BaseException as exc:
         runtime.report_failure(exc)
         raise
-    _STOP.wait()
-    time.sleep(_STOP_REPLY_S)  # let the reply to the stop request leave before the agent goes down
-    # A local shutdown: the driver only asks once every call it made has completed, and torch's
-    # graceful shutdown (a store barrier plus RRef bookkeeping) hangs when a driver process runs a
-    # second Deployment. Exit without interpreter teardown, which can block on native RPC threads.
-    rpc.shutdown(graceful=False)
+    departure, notices = _DEPARTURES.get()
+    code = 0
+    try:
+        leave_rpc_world(departure, args.options.rpc_timeout_s)
+    except Exception as exc:  # the driver gave up on leaving together and ends this process
+        print(f"[{args.role}] could not leave the RPC world with the others: {exc}", file=sys.stderr)
+        code = 1
+    finally:
+        notices.stop()
+    # Exit without interpreter teardown, which can block on native RPC and gloo threads.
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
 
 
-_STOP = threading.Event()
+#: The departure the driver announced (``request_stop``) with this role's open notice filter,
+#: awaited by the role's main thread.
+_DEPARTURES: queue.Queue[tuple[Rendezvous, DepartureNoticeFilter]] = queue.Queue(maxsize=1)
 
 
 def role_ledger() -> Ledger:
@@ -151,9 +171,30 @@ def role_ledger() -> Ledger:
     return runtime.current().wire.ledger
 
 
-def request_stop() -> None:
-    """Called by the driver's ``close``: let this role's main thread leave the RPC world."""
-    _STOP.set()
+def request_stop(departure: Rendezvous) -> None:
+    """Called by the driver's ``close``: this role's main thread leaves the world at ``departure``.
+
+    The role's stderr filter (``quiet``) opens here, before the driver hears back, so it is open
+    before any process of the world can close a connection.
+    """
+    notices = DepartureNoticeFilter()
+    notices.start()
+    _DEPARTURES.put_nowait((departure, notices))
+
+
+def leave_rpc_world(
+    departure: Rendezvous, timeout_s: float, store: dist.Store | None = None
+) -> None:
+    """Leave the RPC world once every process of it has arrived at ``departure``.
+
+    A process arrives only with no call in flight (a role once it answered the stop request, the
+    driver once it has every answer) and with its departure-notice filter open (``quiet``), so a
+    connection that closes from then on is this departure and nothing else. The driver hosts the
+    store and passes it as ``store``. torch's graceful ``rpc.shutdown`` is not used: its barriers
+    hang when a driver process runs a second Deployment (``quiet`` says why).
+    """
+    meet(departure, "departure", timeout_s, store)
+    rpc.shutdown(graceful=False)
 
 
 def reset_rpc_bookkeeping() -> None:
@@ -209,16 +250,19 @@ class LocalRoles:
         for proc in self._procs.values():
             proc.join(max(0.0, deadline - time.monotonic()))
 
-    def end(self) -> None:
-        """Terminate every process still running, then kill those that do not exit."""
-        for proc in self._procs.values():
-            if proc.is_alive():
-                proc.terminate()
-        for proc in self._procs.values():
+    def end(self) -> list[str]:
+        """Terminate every process still running, then kill those that do not exit; return the
+        roles that had to be ended this way."""
+        running = [role for role, proc in self._procs.items() if proc.is_alive()]
+        for role in running:
+            self._procs[role].terminate()
+        for role in running:
+            proc = self._procs[role]
             proc.join(_END_S)
             if proc.is_alive():
                 proc.kill()
                 proc.join()
+        return running
 
 
 #: Modules every role process needs; the fork server imports them once, then forks each role.

@@ -13,7 +13,8 @@ Suites (bagpipe.md §5.3), each writing ``results/<suite>/`` and ``reports/<suit
   swept knob each.
 
 A suite that needs a sweep reads the latest one under ``--multirun-root`` unless ``--sweep-dir``
-names one; ``nox -s reproduce -- <suite>`` runs the sweeps first.
+names one; ``nox -s reproduce -- <suite>`` runs the sweeps first. The figure and the page are then
+attached to the MLflow parent run of every sweep read (if it was tracked), beside its ``runs.csv``.
 """
 
 from __future__ import annotations
@@ -23,17 +24,22 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from mlflow.exceptions import MlflowException
+
 from bagpipe.harness.report import breakdown, convergence, fig7, projection, sensitivity, skew
 from bagpipe.harness.report.loading import (
     RunsTable,
+    UncleanResultsError,
     sweeps,
     table_from_csv,
     table_from_mlflow,
     table_from_sweep,
 )
 from bagpipe.harness.report.plotting import Outputs
+from bagpipe.harness.track.mlflow_runs import TrackingUnavailableError, log_to_parent
 
-Draw = Callable[[argparse.Namespace], None]
+#: Draws a suite's report; returns the sweep directories it read (none: a CSV, a store, pure data).
+Draw = Callable[[argparse.Namespace], list[Path]]
 
 
 def _outputs(args: argparse.Namespace) -> Outputs:
@@ -46,7 +52,7 @@ def _sweep(args: argparse.Namespace) -> Path:
     return sweep
 
 
-def _fig7(args: argparse.Namespace) -> None:
+def _fig7(args: argparse.Namespace) -> list[Path]:
     runs: RunsTable
     if args.csv is not None:
         runs = table_from_csv(args.csv)
@@ -54,28 +60,55 @@ def _fig7(args: argparse.Namespace) -> None:
         runs = table_from_mlflow(args.from_mlflow, args.experiment, fig7.SUITE)
     else:
         runs = table_from_sweep(_sweep(args), args.reference)
-    fig7.report(runs, args.reference, _outputs(args))
+    fig7.report(runs, args.reference, _outputs(args), allow_unclean=args.allow_unclean)
+    return [runs.sweep] if runs.sweep is not None else []
 
 
-def _skew(args: argparse.Namespace) -> None:
+def _skew(args: argparse.Namespace) -> list[Path]:
     skew.report(_outputs(args), args.scale, args.samples, args.file)
+    return []
 
 
-def _breakdown(args: argparse.Namespace) -> None:
-    breakdown.report(_sweep(args), _outputs(args))
+def _breakdown(args: argparse.Namespace) -> list[Path]:
+    sweep = _sweep(args)
+    breakdown.report(sweep, _outputs(args))
+    return [sweep]
 
 
-def _convergence(args: argparse.Namespace) -> None:
+def _convergence(args: argparse.Namespace) -> list[Path]:
     found = sweeps(args.multirun_root, convergence.SUITE, args.sweep_dir, convergence.COMPANIONS)
     convergence.report(found, _outputs(args))
+    return found
 
 
-def _costmodel(args: argparse.Namespace) -> None:
-    projection.report(_sweep(args), _outputs(args), args.topology or projection.DEFAULT_TOPOLOGIES)
+def _costmodel(args: argparse.Namespace) -> list[Path]:
+    sweep = _sweep(args)
+    projection.report(sweep, _outputs(args), args.topology or projection.DEFAULT_TOPOLOGIES)
+    return [sweep]
 
 
-def _sensitivity(args: argparse.Namespace) -> None:
-    sensitivity.report(args.suite, _sweep(args), _outputs(args))
+def _sensitivity(args: argparse.Namespace) -> list[Path]:
+    sweep = _sweep(args)
+    sensitivity.report(args.suite, sweep, _outputs(args))
+    return [sweep]
+
+
+def attach_to_sweeps(sweep_dirs: Sequence[Path], files: Sequence[Path]) -> None:
+    """``files`` (a report's figure and page) as artifacts of each sweep's MLflow parent run, so
+    the sweep's page in the UI shows what was drawn from it; a sweep run without tracking, or a
+    store that does not answer, is said and skipped."""
+    present = [path for path in files if path.exists()]
+    for sweep in sweep_dirs:
+        try:
+            run_id = log_to_parent(sweep, present)
+        except (TrackingUnavailableError, MlflowException, OSError) as err:
+            print(f"[report] not attached to the MLflow parent run of {sweep}: {err}")
+            continue
+        if run_id is None:
+            print(f"[report] {sweep} has no MLflow parent run (tracking was off); nothing attached")
+        else:
+            print(f"[report] {', '.join(p.name for p in present)} attached to MLflow run {run_id} "
+                  f"(the parent of {sweep})")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -103,6 +136,8 @@ def parser() -> argparse.ArgumentParser:
     headline.add_argument("--experiment", default="bagpipe-harness")
     headline.add_argument("--reference", default="sync_ps",
                           help="system speedups are measured against")
+    headline.add_argument("--allow-unclean", action="store_true",
+                          help="draw runs from several commits or a dirty tree, marked as a draft")
     data = suite("skew", _skew, "E4: share of lookups against share of rows", parents=[written])
     data.add_argument("--scale", type=float, default=0.001, help="synthetic scale")
     data.add_argument("--samples", type=int, default=65536, help="examples per dataset")
@@ -121,7 +156,13 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    args.draw(args)
+    try:
+        read = args.draw(args)
+    except UncleanResultsError as err:
+        print(f"[report] refused: {err}", file=sys.stderr)
+        return 1
+    out = _outputs(args)
+    attach_to_sweeps(read, [out.figure(args.suite), out.page(args.suite)])
     return 0
 
 

@@ -47,7 +47,10 @@ class Pattern(StrEnum):
     SHARDS = "shards"  # to/from all S server shards at once (one link each), bytes spread evenly
     SHARDS_SERIAL = "shards_serial"  # to the S shards one after another (a loop of sends)
     RING = "ring"  # ring all-reduce among the T trainers
-    PEERS = "peers"  # all-to-all: to the T-1 other trainers at once
+    PEERS = "peers"  # all-to-all: to the T-1 other trainers at once, receiving meanwhile
+    # gloo's all-to-all: to each peer, then from it (its sends and receives do not overlap;
+    # measured on the netns back-end, see bagpipe.core.collectives): twice PEERS' wire time
+    PEERS_SERIAL = "peers_serial"
 
 
 @dataclass(frozen=True)
@@ -148,11 +151,12 @@ SYSTEM_RULES: dict[str, SystemRule] = {
     ),
     # baselines/torchrec_sharding/trainer.py: per sharding type of the plan three all-to-all
     # rounds (ids in, pooled embeddings out, their gradients back), each as long as its largest
-    # chunk (peers in parallel), then the dense all-reduce; all block the step. ``messages`` is
-    # for one sharding type (a plan that mixes k types pays 3k latencies).
+    # chunk (peers in parallel; on gloo, as the harness runs it, sends before receives), then the
+    # dense all-reduce; all block the step. ``messages`` is for one sharding type (a plan that
+    # mixes k types pays 3k latencies).
     "torchrec": SystemRule(
         flows=(
-            Flow("alltoall", _P.PEERS, messages=3),
+            Flow("alltoall", _P.PEERS_SERIAL, messages=3),
             Flow("allreduce", _P.RING),
         )
     ),
@@ -256,10 +260,11 @@ def flow_time_s(flow: Flow, per_trainer_bytes: float, topology: Topology, every:
             return 0.0
         steps = 2 * (t - 1)
         return steps * lat_s / every + steps * bits / t / trainer_bps
-    if flow.pattern is Pattern.PEERS:
+    if flow.pattern in (Pattern.PEERS, Pattern.PEERS_SERIAL):
         if t <= 1:
             return 0.0
-        return messages * lat_s + bits / trainer_bps
+        directions = 2 if flow.pattern is Pattern.PEERS_SERIAL else 1
+        return messages * lat_s + directions * bits / trainer_bps
     # The trainer's NIC carries all its bytes; each server's NIC carries 1/S of every trainer's.
     serial = s if flow.pattern is Pattern.SHARDS_SERIAL else 1
     return serial * messages * lat_s + max(bits / trainer_bps, t * bits / s / server_bps)

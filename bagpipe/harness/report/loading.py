@@ -45,6 +45,26 @@ class RunsTable:
     csv: Path | None = None
 
 
+class UncleanResultsError(ValueError):
+    """A result set that mixes commits or was made from a tree with uncommitted changes."""
+
+
+def require_one_clean_commit(frame: pd.DataFrame, what: str) -> str:
+    """The one commit every run of ``frame`` was made from; refused (:class:`UncleanResultsError`)
+    when the runs come from several commits or any from uncommitted changes (``-dirty``), since
+    then no one can rerun what made the numbers. Runs made outside a git checkout say
+    ``unknown`` and pass, as long as every run agrees."""
+    shas = sorted(set(frame.get("git_sha", pd.Series(["unknown"])).astype(str)))
+    dirty = [sha for sha in shas if sha.endswith("-dirty")]
+    if len(shas) > 1 or dirty:
+        raise UncleanResultsError(
+            f"{what}: a result set must come from one clean commit, these runs come from "
+            f"{', '.join(shas)}{' (uncommitted changes)' if dirty else ''}; commit, rerun the "
+            "sweep, and report again (--allow-unclean draws a draft marked as such)"
+        )
+    return shas[0]
+
+
 def table_from_sweep(sweep: Path, reference: str) -> RunsTable:
     """The sweep's runs with their speedups over ``reference``."""
     records = load_records([sweep])

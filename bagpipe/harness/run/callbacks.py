@@ -1,7 +1,8 @@
-"""The Hydra callback that owns a sweep: checks, MLflow parent run, progress, closing.
+"""The Hydra callbacks: a single run's config check, and the one that owns a sweep (checks, MLflow
+parent run, progress, closing).
 
 Run-level callbacks run in the launching process, job-level ones inside each job
-(harness.md §2.4), so everything here happens once per sweep whatever the launcher.
+(harness.md §2.4), so everything here happens once per run or sweep whatever the launcher.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from bagpipe.harness.run.build import JobConfigError, check_job
 from bagpipe.harness.run.sweep import SweepProgress, finalize_sweep, validate_sweep
 from bagpipe.harness.track.mlflow_runs import (
     TrackingUnavailableError,
@@ -28,6 +30,19 @@ def tracking_uri(config: DictConfig) -> str | None:
     if not config.tracking.enabled:
         return None
     return config.tracking.uri or default_tracking_uri(Path(config.hydra.runtime.cwd))
+
+
+class ConfigCheck(Callback):
+    """Refuses a single run whose config a part of the job would refuse, before anything starts
+    (a sweep's jobs are checked by :class:`SweepCallback`). The refusal is one line and a non-zero
+    exit: a ``SystemExit``, because Hydra turns any other exception from a callback into a warning
+    and runs the job anyway."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            check_job(config)
+        except JobConfigError as err:
+            raise SystemExit(f"[harness] invalid config: {err}") from err
 
 
 class SweepCallback(Callback):

@@ -50,7 +50,14 @@ from typing import Any, Protocol
 
 import torch
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from bagpipe.core.checkpoint import Checkpoint, CheckpointStore
 from bagpipe.core.interface import PhaseInfo, System, TrainContext
@@ -265,15 +272,14 @@ class _TrainingLoop:
     run_start: float = field(default_factory=time.perf_counter, init=False)
 
     def run(self, first_step: int) -> None:
-        with _progress_bar(self.cfg) as advance:
-            advance(float("nan"), first_step)
+        with _progress_bar(self.cfg, first_step) as advance:
             for step in range(first_step, self.cfg.num_steps):
                 advance(self._train(step))
                 self._step_boundary(step + 1)
         self.total_wall_s = time.perf_counter() - self.run_start
 
-    def _train(self, step: int) -> float:
-        """Train batch ``step``, keep and report its metrics; return its loss."""
+    def _train(self, step: int) -> dict[str, float]:
+        """Train batch ``step``, keep and report its metrics; return them."""
         data_start = time.perf_counter()
         batch = self.source.prepare(step)
         step_start = time.perf_counter()
@@ -290,7 +296,7 @@ class _TrainingLoop:
         self.result.steps.append(metrics)
         self.records.append(out.record)
         notify(self.callbacks, "on_step", step, metrics)
-        return loss
+        return metrics
 
     def _step_boundary(self, done: int) -> None:
         """After ``done`` steps: epoch boundary, evaluation, checkpoint, preemption, in that order."""
@@ -431,22 +437,28 @@ def _quantile(sorted_values: Sequence[float], q: float) -> float:
 
 
 @contextmanager
-def _progress_bar(cfg: RunConfig) -> Iterator[Any]:
-    """Yield ``advance(loss)``; a rich bar on a terminal, a no-op otherwise."""
+def _progress_bar(cfg: RunConfig, first_step: int) -> Iterator[Callable[[dict[str, float]], None]]:
+    """Yield ``advance(step_metrics)``: a rich bar on a terminal (steps, loss, the last
+    iteration's time, elapsed and remaining time), a no-op otherwise (log files, sweeps)."""
     console = Console(stderr=True)
     progress = Progress(
         TextColumn("[bold]train"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("loss {task.fields[loss]:.4f}"),
+        TextColumn("{task.fields[iter_ms]:.1f} ms/iter"),
         TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
         console=console,
         disable=not (cfg.progress and console.is_terminal),
     )
     with progress:
-        task = progress.add_task("train", total=cfg.num_steps, loss=float("nan"))
+        task = progress.add_task("train", total=cfg.num_steps, completed=first_step,
+                                 loss=float("nan"), iter_ms=float("nan"))
 
-        def advance(loss: float, steps: int = 1) -> None:
-            progress.update(task, advance=steps, loss=loss)
+        def advance(metrics: dict[str, float]) -> None:
+            progress.update(task, advance=1, loss=metrics["loss"],
+                            iter_ms=1000 * metrics["iter_time_s"])
 
         yield advance

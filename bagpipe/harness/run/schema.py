@@ -192,11 +192,13 @@ class NetworkSchema:
 
     ``backend``: ``auto`` (``netns`` as root, else ``model``), ``netns``, ``model`` or ``real``
     (nothing emulated: a real cluster, or a network-off run). ``dilation``: every emulated
-    bandwidth divided and every latency multiplied by it.
+    bandwidth divided and every latency multiplied by it; ``auto`` calibrates it once per sweep
+    and model from the trainers' compute time here and on the topology's device
+    (:mod:`bagpipe.harness.run.dilation`).
     """
 
     backend: Backend = Backend.auto
-    dilation: float = 1.0
+    dilation: typing.Union[float, int, str] = 1.0  # noqa: UP007 (OmegaConf reads typing.Union)
 
 
 @dataclass

@@ -3,7 +3,7 @@
 Closing a sweep computes each run's speedup over the suite's reference system (same model, dataset
 and seed), stores it in the run records, writes the tidy ``runs.csv`` and brings MLflow up to date:
 runs uploaded during the sweep get their ``speedup_vs_<ref>`` metric, runs that could not be
-uploaded are uploaded now if the store answers, and the parent run is ended.
+uploaded are uploaded now if the store answers, and the parent run gets ``runs.csv`` and is ended.
 """
 
 from __future__ import annotations
@@ -20,18 +20,29 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from bagpipe.harness.track.mlflow_runs import end_parent_run, is_reachable, upload_all
+from bagpipe.harness.run.blocks import interleaved_blocks
+from bagpipe.harness.run.build import JobConfigError, check_job
+from bagpipe.harness.track.mlflow_runs import (
+    end_parent_run,
+    is_reachable,
+    log_to_parent,
+    upload_all,
+)
 from bagpipe.harness.track.record import RunRecord, find_records
 from bagpipe.harness.track.sweeps import RUNS_CSV, add_speedups, runs_frame
 
 
 def sweep_jobs(config: DictConfig) -> list[list[str]]:
-    """The override list of every job the basic sweeper will launch, in launch order."""
-    params = config.hydra.sweeper.get("params") or {}
+    """The override list of every job the sweeper will launch, in launch order (the ``blocks``
+    sweeper's interleaved order when it is the configured one)."""
+    sweeper = config.hydra.sweeper
+    params = sweeper.get("params") or {}
     arguments = [f"{k}={v}" for k, v in params.items()]
     arguments += list(config.hydra.overrides.task)
     overrides = OverridesParser.create().parse_overrides(arguments)
     (jobs,) = BasicSweeper.split_arguments(overrides, max_batch_size=None)
+    if "block_key" in sweeper:
+        return interleaved_blocks(jobs, str(sweeper.block_key), int(sweeper.order_seed))
     return jobs
 
 
@@ -41,7 +52,8 @@ class SweepConfigError(SystemExit):
 
 
 def validate_sweep(config: DictConfig) -> list[list[str]]:
-    """Compose and resolve every job's config before any job is launched; return the jobs.
+    """Compose, resolve and check (:func:`~bagpipe.harness.run.build.check_job`) every job's config
+    before any job is launched; return the jobs.
 
     The basic sweeper composes a batch only when it launches it, so with bounded concurrency a typo
     in the last value of a swept list would otherwise surface after hours of runs.
@@ -49,6 +61,7 @@ def validate_sweep(config: DictConfig) -> list[list[str]]:
     jobs = sweep_jobs(config)
     loader = GlobalHydra.instance().config_loader()
     for number, overrides in enumerate(jobs):
+        job = f"job #{number} ({' '.join(overrides)})"
         try:
             job_cfg = loader.load_sweep_config(config, list(overrides))
             OmegaConf.to_container(
@@ -58,9 +71,12 @@ def validate_sweep(config: DictConfig) -> list[list[str]]:
         except Exception as err:
             detail = f"{err}\n{err.__cause__}" if err.__cause__ else str(err)
             raise SweepConfigError(
-                f"sweep job #{number} ({' '.join(overrides)}) has an invalid config; "
-                f"nothing was launched:\n{detail}"
+                f"sweep {job} has an invalid config; nothing was launched:\n{detail}"
             ) from err
+        try:
+            check_job(job_cfg)
+        except JobConfigError as err:
+            raise SweepConfigError(f"[sweep] {job} refused: {err}; nothing was launched") from err
     return jobs
 
 
@@ -76,6 +92,7 @@ def finalize_sweep(sweep_dir: Path, reference: str, tracking_uri: str | None) ->
     if tracking_uri is not None:
         if is_reachable(tracking_uri):
             _, pending = upload_all(directories, tracking_uri)
+            log_to_parent(sweep_dir, [sweep_dir / RUNS_CSV])
             end_parent_run(sweep_dir, tracking_uri)
             if pending:
                 print(f"[harness] {len(pending)} run(s) not uploaded; retry with: "

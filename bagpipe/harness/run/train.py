@@ -17,8 +17,10 @@ mode), and the launcher's ``tasks_per_node``/``nodes`` give it those ranks.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -31,19 +33,22 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from bagpipe.harness.run.build import build_parts, build_system, first_line, plain
 from bagpipe.harness.run.preemption import DeferredSignal
 from bagpipe.harness.run.schema import register_configs
 from bagpipe.harness.track.mlflow_runs import default_tracking_uri, upload_record
 from bagpipe.harness.track.mlperf import MllogRecorder, Submission, result_path
-from bagpipe.harness.track.record import ARTIFACTS_DIR, RunRecord
+from bagpipe.harness.track.record import ARTIFACTS_DIR, RECORD_FILE, RunRecord
 from bagpipe.harness.track.workspace import git_sha, slurm_job_id
 
 if TYPE_CHECKING:  # torch is imported inside the job, not when Hydra composes a sweep
+    from bagpipe.core.batch import DatasetSchema
     from bagpipe.core.checkpoint import CheckpointStore
     from bagpipe.core.interface import TrainContext
     from bagpipe.core.net import NetworkConfig
     from bagpipe.core.source import BatchSource
     from bagpipe.harness.run.runner import RunConfig, RunResult
+    from bagpipe.models import ModelConfig
 
 SUITES_DIR = Path(os.environ.get("BAGPIPE_SUITES", Path(__file__).resolve().parents[3] / "suites"))
 
@@ -83,7 +88,8 @@ class _StepLog:
 
 
 def _flat_params(cfg: DictConfig) -> dict[str, str]:
-    """Every resolved config value as a dotted ``key -> str`` (MLflow params are strings)."""
+    """Every resolved config value as a dotted ``key -> str`` (MLflow params are strings): what a
+    checkpoint's fingerprint compares."""
     out: dict[str, str] = {}
 
     def walk(node: Any, prefix: str) -> None:
@@ -97,10 +103,30 @@ def _flat_params(cfg: DictConfig) -> dict[str, str]:
     return out
 
 
+def run_params(cfg: DictConfig, tags: dict[str, str]) -> dict[str, str]:
+    """The run's MLflow params: the system's short name as ``system``, then every config value
+    except Hydra's own keys (``system._target_`` is a class path, not a name anyone compares)."""
+    flat = _flat_params(cfg)
+    internal = {key for key in flat if any(part.startswith("_") for part in key.split("."))}
+    return {"system": tags["system"], **{k: v for k, v in flat.items() if k not in internal}}
+
+
+#: Tags taken from config keys that not every config has: the described topology's name, the
+#: emulated network's dilation.
+OPTIONAL_TAGS = {"cluster": "topology.name", "dilation": "network.dilation"}
+
+
+def optional_tags(cfg: DictConfig) -> dict[str, str]:
+    """The :data:`OPTIONAL_TAGS` whose keys ``cfg`` has (a missing key is no tag, not "None")."""
+    values = {tag: OmegaConf.select(cfg, key) for tag, key in OPTIONAL_TAGS.items()}
+    return {tag: str(value) for tag, value in values.items() if value is not None}
+
+
 def _tags(cfg: DictConfig, paths: RunPaths) -> dict[str, str]:
+    """What the UI shows and filters a run by."""
     return {
         "system": _system_name(cfg),
-        "model": _plain(cfg.model)["name"],
+        "model": plain(cfg.model)["name"],
         "dataset": _dataset_name(cfg),
         "suite": str(cfg.suite_name),
         "sweep_id": paths.sweep_dir.name if paths.sweep_dir else "none",
@@ -108,6 +134,7 @@ def _tags(cfg: DictConfig, paths: RunPaths) -> dict[str, str]:
         "launcher": str(cfg.launcher_name),
         "scale": str(cfg.scale_name),
         "slurm_job_id": slurm_job_id(),
+        **optional_tags(cfg),
     }
 
 
@@ -142,7 +169,7 @@ def execute(
     mllog = _open_mllog(cfg, paths, tags)
     steps = _StepLog()
     try:
-        job = _prepare(cfg, paths, tags)
+        job = _prepare(cfg, paths, tags, record)
         batch_size = int(cfg.run.batch_size)
         mllog.set_samples(len(job.ctx.source) * batch_size, len(job.eval_source) * batch_size)
         result = _train(cfg, job, [mllog, steps], stop_requested)
@@ -160,7 +187,7 @@ def execute(
         mllog.fail()
         record.status = "FAILED"
         record.error = "".join(traceback.format_exception(err))
-        print(f"[harness] run {record.run_name} FAILED: {err!r}")
+        record.failure = f"{type(err).__name__}: {first_line(err)}"
     finally:
         _close_record(record, paths, steps.steps, mllog.path)
     return record
@@ -173,7 +200,7 @@ def _open_record(cfg: DictConfig, paths: RunPaths, tags: dict[str, str]) -> RunR
     record = RunRecord(
         run_name=f"{tags['system']}-{tags['model']}-s{cfg.seed}",
         experiment=str(cfg.tracking.experiment),
-        params=_flat_params(cfg),
+        params=run_params(cfg, tags),
         tags=tags,
         start_ms=int(time.time() * 1000),
         sweep_dir=str(paths.sweep_dir) if paths.sweep_dir else None,
@@ -212,64 +239,66 @@ class _Job:
     store: CheckpointStore | None
 
 
-def _prepare(cfg: DictConfig, paths: RunPaths, tags: dict[str, str]) -> _Job:
+def _prepare(cfg: DictConfig, paths: RunPaths, tags: dict[str, str], record: RunRecord) -> _Job:
     """Build the dataset, the model and optimiser configs, the context and the checkpoint store."""
     import torch
     from hydra.utils import get_class
 
-    from bagpipe.core.interface import OptimConfig, System, TrainContext
-    from bagpipe.data import DatasetConfig, make_dataset
-    from bagpipe.harness.run.runner import RunConfig
-    from bagpipe.models import ModelConfig
+    from bagpipe.core.interface import System, TrainContext
+    from bagpipe.data import make_dataset
 
     run = cfg.run
     torch.set_num_threads(int(run.torch_threads))
-    dataset = make_dataset(DatasetConfig(**_plain(cfg.dataset)))
+    parts = build_parts(cfg)
+    dataset = make_dataset(parts.dataset)
+    network = _dilated(cfg, parts.network, parts.model, dataset.schema, paths, record)
     system_class = get_class(str(cfg.system._target_))
     resumable = issubclass(system_class, System) and system_class.supports_resume
     store = _checkpoint_store(cfg, paths, tags, resumable)
     ctx = TrainContext(
         schema=dataset.schema,
-        model=ModelConfig(**_tupled(_plain(cfg.model))),
-        optim=OptimConfig(**_plain(cfg.optim)),
+        model=parts.model,
+        optim=parts.optim,
         global_batch_size=int(run.batch_size),
         seed=int(cfg.seed),
         source=dataset.train(int(run.batch_size), int(run.steps)),
-        network=network_config(cfg),
+        network=network,
         workdir=paths.run_dir,
     )
-    run_cfg = RunConfig(num_steps=int(run.steps), eval_every=int(run.eval_every),
-                        warmup_steps=int(run.warmup_steps), progress=bool(run.progress),
-                        checkpoint_every=int(run.checkpoint_every))
-    return _Job(ctx, dataset.eval(int(run.batch_size), int(run.eval_batches)), run_cfg, store)
+    return _Job(ctx, dataset.eval(int(run.batch_size), int(run.eval_batches)), parts.run, store)
 
 
-def network_config(cfg: DictConfig) -> NetworkConfig:
-    """The run's network: the chosen topology with the run's trainer count, its back-end (``auto``
-    resolved for this machine) and dilation."""
-    from bagpipe.core.net import NetworkConfig, Topology, resolve_backend
+def _dilated(cfg: DictConfig, network: NetworkConfig, model: ModelConfig, schema: DatasetSchema,
+             paths: RunPaths, record: RunRecord) -> NetworkConfig:
+    """The run's network with ``dilation: auto`` resolved (once per sweep and model, in the sweep
+    directory), the factor and its compute times in the record's params and ``dilation`` tag."""
+    from bagpipe.harness.run.dilation import Dilation, calibrated, parse_dilation
 
-    topology = Topology.from_dict(_plain(cfg.topology)).with_counts(trainers=int(cfg.trainers))
-    backend = cfg.network.backend
-    name = backend.value if hasattr(backend, "value") else str(backend)
-    return NetworkConfig(resolve_backend(name), topology, float(cfg.network.dilation))
+    if parse_dilation(cfg.network.dilation) is None:
+        dilation = calibrated(model, schema, network.topology, int(cfg.run.batch_size),
+                              int(cfg.run.torch_threads),
+                              (paths.sweep_dir or paths.run_dir) / "dilation")
+        network = dataclasses.replace(network, dilation=dilation.factor)
+    else:
+        dilation = Dilation(network.dilation)
+    record.params.update(dilation.as_params())
+    record.tags["dilation"] = f"{dilation.factor:.4g}"
+    return network
 
 
 def _train(cfg: DictConfig, job: _Job, callbacks: list[object],
            stop_requested: Callable[[], bool] | None) -> RunResult:
     """Train the configured system: straight through, or with a checkpoint store through
     :func:`run_with_recovery` (restarts after role failures, resumes a requeued job)."""
-    from hydra.utils import instantiate
-
     from bagpipe.harness.run.runner import run_training
 
     if job.store is None:
-        return run_training(instantiate(cfg.system, _convert_="all"), job.ctx, job.eval_source,
+        return run_training(build_system(cfg), job.ctx, job.eval_source,
                             job.run_cfg, callbacks=callbacks, stop_requested=stop_requested)
     from bagpipe.harness.run.recovery import run_with_recovery
 
     result, _ = run_with_recovery(
-        lambda: instantiate(cfg.system, _convert_="all"),
+        lambda: build_system(cfg),
         job.ctx, job.eval_source, job.run_cfg, job.store, callbacks,
         max_restarts=int(cfg.run.max_restarts), stop_requested=stop_requested,
     )
@@ -318,26 +347,17 @@ def _checkpoint_store(
     return CheckpointStore(root, fingerprint=fingerprint)
 
 
-def _plain(node: DictConfig) -> dict[str, Any]:
-    container = OmegaConf.to_container(node, resolve=True, enum_to_str=True)
-    assert isinstance(container, dict)
-    return {str(k): v for k, v in container.items() if not str(k).startswith("_")}
-
-
-def _tupled(values: dict[str, Any]) -> dict[str, Any]:
-    """Lists back to tuples: the frozen config dataclasses hold tuples."""
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-
-
 def _or_nan(value: float | None) -> float:
     return float("nan") if value is None else value
 
 
-def print_summary(record: RunRecord) -> None:
-    """AUC, logloss, mean iteration time and where it goes, on stdout."""
+def print_summary(record: RunRecord, record_dir: Path) -> None:
+    """AUC, logloss, mean iteration time and where it goes, on stdout; a run that did not finish
+    gets one line on stderr: why, and where its record (the full traceback) is."""
     s = record.summary
     if record.status != "FINISHED":
-        print(f"[harness] {record.run_name}: {record.status}\n{record.error or ''}")
+        print(f"[harness] run {record.run_name} {record.status}: {record.failure or record.error}"
+              f" (traceback in {record_dir / RECORD_FILE})", file=sys.stderr)
         return
     phases = {k[len("time_"):-len("_s")]: v for k, v in s.items()
               if k.startswith("time_") and k.endswith("_s") and k != "time_to_target_s"}
@@ -376,10 +396,13 @@ def main(cfg: DictConfig) -> float | None:
     paths = RunPaths.from_hydra(cfg)
     with DeferredSignal() as preemption:  # SLURM's warning before preemption / the time limit
         record = execute(cfg, paths, _tags(cfg, paths), preemption.requested)
-    print_summary(record)
+    print_summary(record, paths.record_dir)
     record_to_tracking(cfg, paths, paths.record_dir)
-    if record.status != "FINISHED" and (paths.sweep_dir is None or cfg.fail_fast):
-        raise RuntimeError(f"run {record.run_name} failed; see {paths.record_dir}")
+    if record.status != "FINISHED":
+        if paths.sweep_dir is None:
+            raise SystemExit(1)  # its line is printed; Hydra would add a traceback to anything else
+        if cfg.fail_fast:
+            raise RuntimeError(f"run {record.run_name} failed; see {paths.record_dir}")
     return record.summary.get("iter_time_mean_s")
 
 

@@ -1,5 +1,9 @@
 """MLflow: the store every run goes to, one parent run per sweep, uploading local records.
 
+Experiments are created as MLflow's "machine learning" kind (``mlflow.experimentKind``), the kind
+whose page is the runs table; a sweep's parent run holds its ``runs.csv`` and, once a report has
+been drawn from it, its figure and page (:func:`log_to_parent`).
+
 The default store is embedded: ``sqlite:///<absolute launch dir>/mlflow.db`` (an absolute path,
 because a relative ``sqlite:///mlflow.db`` resolves against each process's working directory;
 harness.md §3.2). Any other tracking URI, e.g. an ``http://`` server, is a config value.
@@ -31,6 +35,9 @@ from bagpipe.harness.track.record import (
 )
 
 PARENT_FILE = "mlflow_parent.json"
+#: MLflow's experiment tag for the kind of work, and its value for model training: MLflow 3's UI
+#: otherwise treats an experiment as a GenAI one (an empty "Overview / Traces" page).
+EXPERIMENT_KIND_TAG, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_development"
 #: MLflow's batch limits (per ``log_batch`` call).
 _MAX_METRICS, _MAX_PARAMS, _MAX_TAGS = 1000, 100, 100
 
@@ -79,17 +86,19 @@ def _client(uri: str) -> MlflowClient:
 
 
 def experiment_id(client: MlflowClient, name: str) -> str:
-    """The id of experiment ``name``, created if missing (tolerating a concurrent creator)."""
+    """The id of experiment ``name``, created if missing (tolerating a concurrent creator), of the
+    model-training kind (also an experiment created before that tag was set)."""
     found = client.get_experiment_by_name(name)
-    if found is not None:
-        return found.experiment_id
-    try:
-        return client.create_experiment(name)
-    except MlflowException:
-        found = client.get_experiment_by_name(name)
-        if found is None:
-            raise
-        return found.experiment_id
+    if found is None:
+        try:
+            return client.create_experiment(name, tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING})
+        except MlflowException:
+            found = client.get_experiment_by_name(name)
+            if found is None:
+                raise
+    if found.tags.get(EXPERIMENT_KIND_TAG) != MODEL_TRAINING:
+        client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
+    return found.experiment_id
 
 
 @contextlib.contextmanager
@@ -104,13 +113,19 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def parent_run_id(sweep_dir: Path, uri: str) -> str | None:
-    """The parent run recorded for this sweep in store ``uri`` (None if none was created)."""
+def recorded_parent(sweep_dir: Path) -> tuple[str, str] | None:
+    """The sweep's parent run as ``(tracking uri, run id)``, None if none was created."""
     marker = sweep_dir / PARENT_FILE
     if not marker.exists():
         return None
     data = json.loads(marker.read_text())
-    return data["run_id"] if data.get("tracking_uri") == uri else None
+    return str(data["tracking_uri"]), str(data["run_id"])
+
+
+def parent_run_id(sweep_dir: Path, uri: str) -> str | None:
+    """The parent run recorded for this sweep in store ``uri`` (None if none was created)."""
+    parent = recorded_parent(sweep_dir)
+    return parent[1] if parent is not None and parent[0] == uri else None
 
 
 def ensure_parent_run(
@@ -136,6 +151,21 @@ def ensure_parent_run(
             json.dumps({"tracking_uri": uri, "run_id": run.info.run_id})
         )
         return run.info.run_id
+
+
+def log_to_parent(sweep_dir: Path, files: list[Path]) -> str | None:
+    """Attach ``files`` to the sweep's parent run as artifacts; its run id (None: the sweep has no
+    parent run, tracking was off). Raises :class:`TrackingUnavailableError` when the store does
+    not answer."""
+    parent = recorded_parent(sweep_dir)
+    if parent is None:
+        return None
+    uri, run_id = parent
+    with _fail_fast_http():
+        client = _client(uri)
+        for path in files:
+            client.log_artifact(run_id, str(path))
+    return run_id
 
 
 def end_parent_run(sweep_dir: Path, uri: str) -> None:

@@ -34,7 +34,9 @@ class RunRecord:
     steps: list[dict[str, float]] = field(default_factory=list)
     evals: list[dict[str, float]] = field(default_factory=list)
     status: str = "RUNNING"  # MLflow run status: RUNNING, FINISHED, FAILED
+    #: The full traceback of a failed run, and its one line (``Type: message``) for printing.
     error: str | None = None
+    failure: str | None = None
     start_ms: int = 0
     end_ms: int | None = None
     #: The sweep directory whose ``mlflow_parent.json`` names the parent run (None: no parent).

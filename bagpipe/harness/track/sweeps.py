@@ -88,6 +88,7 @@ def runs_frame(records: Sequence[RunRecord]) -> pd.DataFrame:
                 "status": record.status,
                 "run_name": record.run_name,
                 "git_sha": record.tags.get("git_sha", "unknown"),
+                **{k: v for k, v in record.params.items() if k.startswith("dilation.")},
                 **record.summary,
             }
         )

@@ -1,0 +1,83 @@
+"""Equal CPU and Bagpipe's own overhead, network off, measured in interleaved blocks.
+
+Two rules of a fair comparison on a shared machine, checked where nothing else moves:
+
+* **CPU is shared equally.** A trainer's forward + backward (the same dense work in every system)
+  must take as long inside every networked system as inside ``sync_ps``'s trainers: a system
+  whose helper roles (servers, the oracle, communication threads) take CPU from its trainers would
+  otherwise look slower for a reason the target cluster does not have. Row ``compute_vs_sync_ps``
+  (goal: within 15%); TorchRec's pipeline times its forward, backward and exchanges as one phase,
+  so it has no such row.
+* **Bagpipe's implementation costs no more than the work.** With the network off, Bagpipe does
+  the same step work as ``sync_ps`` without the traffic, so its iteration should be at most
+  1.15x ``sync_ps``'s (row ``iter_vs_sync_ps``) and its time outside every phase at most
+  ``sync_ps``'s + 1 ms (row ``other_minus_sync_ps_ms``).
+
+Each block runs every system once, in a shuffled order, on the workload of
+:mod:`bagpipe.bench.systems` with nothing emulated; ratios are taken within a block and their
+geometric mean over blocks is reported with the per-block spread.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+from bagpipe.bench.systems import BATCH, NETWORKS, SYSTEMS, WARMUP, _measure
+from bagpipe.core.interface import OptimConfig, TrainContext
+from bagpipe.data import DatasetConfig, make_dataset
+from bagpipe.models import paper_config
+
+REFERENCE = "sync_ps"
+NETWORKED = [spec for spec in SYSTEMS if spec.label != "local"]
+
+
+def run(quick: bool) -> list[dict]:
+    steps, blocks = (5, 1) if quick else (30, 3)
+    dataset = make_dataset(DatasetConfig(scale=0.001))
+    model = paper_config("dlrm")
+    per_block: list[dict[str, dict[str, float]]] = []
+    for block in range(blocks):
+        order = NETWORKED[:]
+        random.Random(block).shuffle(order)
+        measured = {}
+        for spec in order:
+            ctx = TrainContext(schema=dataset.schema, model=model, optim=OptimConfig(),
+                               global_batch_size=BATCH, seed=0,
+                               source=dataset.train(BATCH, WARMUP + steps),
+                               network=NETWORKS["off"])
+            measured[spec.label] = _measure(spec, ctx, steps)
+        per_block.append(measured)
+    rows: list[dict] = []
+    config = {"benchmark": "fairness", "model": "dlrm", "network": "off", "batch": BATCH,
+              "steps": steps, "blocks": blocks}
+
+    def add(system: str, metric: str, values: list[float], unit: str, goal: str | None = None,
+            met: bool | None = None) -> None:
+        rows.append({**config, "system": system, "metric": metric,
+                     "value": _geomean(values) if unit == "x" else statistics.fmean(values),
+                     "low": min(values), "high": max(values), "unit": unit, "goal": goal,
+                     "met": met})
+
+    for spec in NETWORKED:
+        if spec.label == REFERENCE or not all(b[spec.label]["compute_s"] > 0 for b in per_block):
+            continue  # TorchRec's pipeline times forward, backward and its exchanges as one phase
+        ratios = [b[spec.label]["compute_s"] / b[REFERENCE]["compute_s"] for b in per_block]
+        add(spec.label, "compute_vs_sync_ps", ratios, "x", "within 15%",
+            abs(_geomean(ratios) - 1) <= 0.15)
+    iters = [b["bagpipe"]["iter_time_mean_s"] / b[REFERENCE]["iter_time_mean_s"]
+             for b in per_block]
+    add("bagpipe", "iter_vs_sync_ps", iters, "x", "<= 1.15x", _geomean(iters) <= 1.15)
+    other_ms = [1000 * (b["bagpipe"]["other_s"] - b[REFERENCE]["other_s"]) for b in per_block]
+    add("bagpipe", "other_minus_sync_ps_ms", other_ms, "ms", "<= 1 ms",
+        statistics.fmean(other_ms) <= 1.0)
+    for spec in NETWORKED:
+        for metric in ("iter_time_mean_s", "compute_s", "other_s"):
+            values = [1000 * b[spec.label][metric] for b in per_block]
+            add(spec.label, metric.replace("_s", "_ms"), values, "ms")
+    return rows
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))

@@ -1,0 +1,75 @@
+"""The network's checks that can fail (``bagpipe.bench.network``), asserted per system on ``netns``.
+
+* **Kernel vs wire.** Every networked system trains the benchmark's network-bound workload on
+  ``netns``; on every host NIC that carries at least a megabyte per iteration, the bytes the
+  kernel counted agree with the bytes the roles' ledgers booked within 10%, no shaped queue
+  dropped a packet and TCP resent nothing.
+* **The check catches a cheat**: a plugin that sends a tensor around the wire, and one that charges
+  a transfer but moves it through shared memory, both fail it.
+* **netns vs model.** Each back-end's network time per iteration (iteration minus network-off)
+  agrees within 15%.
+
+They need root (namespaces): CI runs them; elsewhere they are skipped, and the ``model`` back-end's
+own tests (``tests/core/test_emulation.py``, ``test_wire.py``, ``test_fairshare.py``) still run.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from bagpipe.bench.network import SYSTEMS, Measured, agreement_row, kernel_rows, measure
+from bagpipe.core.interface import System
+from bagpipe.core.net import netns_available
+
+from .misbehaving import ShmSender, UnchargedSender
+
+pytestmark = pytest.mark.skipif(
+    netns_available() is not None, reason=f"netns back-end: {netns_available()}"
+)
+STEPS, WARMUP = 3, 1
+
+
+@functools.cache
+def _runs(system: str) -> dict[str, Measured]:
+    """The system with the network off, on netns and on model (shared by the tests below)."""
+    return {backend: measure(system, backend, STEPS, WARMUP)
+            for backend in ("real", "netns", "model")}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_the_kernel_counts_what_the_wire_booked_on_every_busy_nic(system: str) -> None:
+    rows = kernel_rows(system, _runs(system)["netns"])
+    judged = [row for row in rows if row["judged"]]
+    assert {row["host"] for row in judged} >= {"trainer_0", "trainer_1"}, rows
+    assert all(row["within_10pct"] for row in judged), judged
+    assert all(row["dropped"] == 0 and row["retransmits"] == 0 for row in rows), rows
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_netns_and_model_charge_the_same_network_time(system: str) -> None:
+    runs = _runs(system)
+    row = agreement_row(system, runs["real"], runs["netns"], runs["model"])
+    assert row["model_net_s"] > row["off_iter_s"], row  # network-bound, as the check needs
+    assert row["within_15pct"], row
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("plugin", "kernel_reads"),
+    [(UnchargedSender, "more"), (ShmSender, "less")],
+    ids=["uncharged-rpc", "charged-via-shm"],
+)
+def test_a_plugin_moving_bytes_around_the_wire_fails_the_check(
+    plugin: type[System], kernel_reads: str
+) -> None:
+    rows = kernel_rows(plugin.__name__, measure(plugin, "netns", STEPS, WARMUP))
+    trainers = [row for row in rows if row["host"].startswith("trainer_")]
+    assert trainers and not any(row["within_10pct"] for row in trainers), rows
+    for row in trainers:
+        assert (row["kernel_over_wire"] > 1.1) if kernel_reads == "more" else (
+            row["kernel_over_wire"] < 0.9
+        ), row
