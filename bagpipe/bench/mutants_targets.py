@@ -85,6 +85,9 @@ TARGETS: tuple[Target, ...] = (
 #: Surviving mutants that cannot change what the code does, by mutmut's name, with the reason.
 #: They are left out of ``caught_pct``'s denominator.
 EQUIVALENT: dict[str, str] = {
+    "baselines.fae.hotset.x_choose_hot_rows__mutmut_59": (
+        "Code mode's fill for rows that are not candidates, -2 for -1: any negative value sorts "
+        "them below every candidate (candidates have a count of at least 1)."),
     "baselines.fae.hotset.x_choose_hot_rows__mutmut_12": (
         "`torch.repeat_interleave(repeats)` alone repeats `arange(len(repeats))`: the same "
         "table index per row as the two-argument call."),

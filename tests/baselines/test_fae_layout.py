@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,32 @@ def test_a_table_exactly_at_the_bar_is_searched_and_a_spent_budget_ends_the_pick
     hot = choose_hot_rows(counts, [4, 8], 4, budget_bytes=4 * ROW_BYTES_DIM4 + 1,
                           min_table_bytes=65, **paper)
     assert hot.rows.tolist() == [0, 1, 2, 3] and hot.threshold is not None
+
+
+def test_code_mode_breaks_ties_by_row_id_and_never_picks_an_unsampled_row() -> None:
+    counts = torch.zeros(600, dtype=torch.int64)
+    counts[100:600] = 1  # 500 rows tied at one access, after 100 never sampled
+    counts[50] = 5
+    hot = choose_hot_rows(counts, [600], 4, budget_bytes=40 * ROW_BYTES_DIM4, mode="code",
+                          min_table_bytes=0)
+    assert hot.rows.tolist() == [50, *range(100, 139)]
+    assert (hot.mode, hot.threshold, hot.row_bytes) == ("code", None, 16)
+
+
+def test_paper_mode_at_the_ends_of_its_search() -> None:
+    counts = torch.tensor([0, 0, 0, 0, 10, 4, 0, 1])  # row 4 takes every access of table 1
+    paper = {"mode": "paper", "accesses_per_table": [10, 10], "sample_rate": 1.0,
+             "min_table_bytes": 0}
+    # a budget for every sampled row: all of them, at the search's lowest t
+    hot = choose_hot_rows(counts, [4, 4], 4, budget_bytes=10 * ROW_BYTES_DIM4, **paper)
+    assert hot.rows.tolist() == [4, 5, 7] and hot.threshold == pytest.approx(1e-12)
+    assert (hot.mode, hot.row_bytes) == ("paper", 16)
+    # no room for one row, and one row is hot at t = 1: no t fits, none is hot
+    hot = choose_hot_rows(counts, [4, 4], 4, budget_bytes=ROW_BYTES_DIM4 - 1, **paper)
+    assert hot.rows.tolist() == [] and hot.threshold == math.inf
+    with pytest.raises(ValueError, match=r"^fae paper mode needs accesses_per_table \(T_z of Eq\. 1\)$"):
+        choose_hot_rows(counts, [4, 4], 4, budget_bytes=ROW_BYTES_DIM4, mode="paper",
+                        min_table_bytes=0)
 
 
 def test_unknown_mode_is_a_clear_error() -> None:
