@@ -85,6 +85,15 @@ TARGETS: tuple[Target, ...] = (
 #: Surviving mutants that cannot change what the code does, by mutmut's name, with the reason.
 #: They are left out of ``caught_pct``'s denominator.
 EQUIVALENT: dict[str, str] = {
+    "baselines.het.cache.xǁHetCacheǁ_evicted_tensors__mutmut_10": (
+        "An empty eviction queue's deltas as `(0,)` instead of `(0, dim)`: `torch.cat` skips "
+        "1-D empty tensors (its legacy rule), so the joined push and unpushed lists are the same."),
+    **{f"baselines.het.cache.xǁHetCacheǁ_evicted_tensors__mutmut_{n}": (
+        "`zip(..., strict=)` over the queue's (keys, deltas, counts) triples: every entry has "
+        "three parts, so the three lists are always equally long.") for n in (18, 20, 21)},
+    "baselines.het.cache.xǁHetCacheǁupdate__mutmut_58": (
+        "`PushBatch.concat`'s `dim` shapes only an empty push of no parts; `update` always "
+        "passes its three parts (bound, eviction, uncached)."),
     "baselines.fae.hotset.x_choose_hot_rows__mutmut_59": (
         "Code mode's fill for rows that are not candidates, -2 for -1: any negative value sorts "
         "them below every candidate (candidates have a count of at least 1)."),

@@ -193,6 +193,18 @@ def test_push_after_more_than_bound_updates_and_versions_advance() -> None:
     assert cache.values[slot].tolist() == [-3.0, -3.0]
 
 
+def test_a_pushed_line_starts_again_from_no_pending_delta() -> None:
+    store = VersionedRows(torch.zeros(4, 2))
+    cache = HetCache([4], [4], dim=2, bound=0, policy="lru")
+    assert HetCache([4], [4], dim=2, bound=0).policies[0].name == "lfuopt"  # HET's default
+    _read(cache, store, [1])
+    assert _write(cache, store, [1], -1.0).deltas.tolist() == [[-1.0, -1.0]]
+    assert _write(cache, store, [1], -2.0).deltas.tolist() == [[-2.0, -2.0]]
+    keys, deltas = cache.unpushed()
+    assert keys.tolist() == [] and deltas.shape == (0, 2)
+    assert store.weights[1].tolist() == [-3.0, -3.0]
+
+
 def test_read_refreshes_only_beyond_bound_and_keeps_pending_delta() -> None:
     """Another worker's updates become visible once the server is > bound versions ahead."""
     store = VersionedRows(torch.zeros(4, 2))
