@@ -256,6 +256,55 @@ def test_adaptive_rate_halves_on_rise_and_doubles_after_four_falls() -> None:
     assert fixed.rate == 100
 
 
+def _kinds(scheduler: ShuffleScheduler, steps: int) -> str:
+    return "".join(scheduler.next_batch()[0][0] for _ in range(steps))  # "c" / "h"
+
+
+def test_scheduler_runs_are_a_share_of_each_kind_and_epochs_repeat() -> None:
+    # R(50) over 2 cold and 8 hot batches: runs of 1 cold and 4 hot
+    scheduler = ShuffleScheduler(num_hot=8, num_cold=2, initial_rate=50)
+    assert _kinds(scheduler, 20) == "chhhhchhhh" * 2
+    # R(100) over 202 cold batches: every cold batch before the hot one
+    assert _kinds(ShuffleScheduler(num_hot=1, num_cold=202, mode="fixed"), 203) == "c" * 202 + "h"
+    # only hot batches: it starts hot
+    assert _kinds(ShuffleScheduler(num_hot=1, num_cold=0), 3) == "hhh"
+
+
+def test_scheduler_settings_are_checked_at_their_bounds() -> None:
+    for rate in (1, 100):
+        assert ShuffleScheduler(num_hot=1, num_cold=1, initial_rate=rate).rate == rate
+    for rate in (0, 101):
+        with pytest.raises(ValueError, match=rf"^fae\.initial_rate must be in \[1, 100\], got {rate}$"):
+            ShuffleScheduler(num_hot=1, num_cold=1, initial_rate=rate)
+    with pytest.raises(ValueError, match=r"^fae\.scheduler: unknown 'random'; choose one of "):
+        ShuffleScheduler(num_hot=1, num_cold=1, mode="random")
+    with pytest.raises(ValueError, match=r"^fae: the re-packed data set has no full mini-batch$"):
+        ShuffleScheduler(num_hot=0, num_cold=0)
+
+
+def test_adaptive_rate_floor_cap_and_ties() -> None:
+    scheduler = ShuffleScheduler(num_hot=10, num_cold=10, initial_rate=25)
+    for loss in (0.9, 0.9, 0.9):  # neither a rise nor a fall
+        scheduler.observe_loss(loss)
+    assert scheduler.rate == 25
+    scheduler.observe_loss(1.0)
+    assert scheduler.rate == 12 and isinstance(scheduler.rate, int)  # halved, whole batches
+    for loss in (2.0, 3.0, 4.0, 5.0):
+        scheduler.observe_loss(loss)
+    assert scheduler.rate == 1  # 12 -> 6 -> 3 -> 1 -> 1: never below one batch
+    falling = ShuffleScheduler(num_hot=10, num_cold=10, initial_rate=16)
+    for loss in (0.9, 0.8, 0.7, 0.6):  # three falls from the start: not yet
+        falling.observe_loss(loss)
+    assert falling.rate == 16
+    for loss in (0.5, 0.4, 0.3, 0.2, 0.1):  # the fourth doubles; four more are needed again
+        falling.observe_loss(loss)
+    assert falling.rate_trace[-5:] == [32, 32, 32, 32, 64]
+    capped = ShuffleScheduler(num_hot=10, num_cold=10, initial_rate=64)
+    for loss in (0.9, 0.8, 0.7, 0.6, 0.5):
+        capped.observe_loss(loss)
+    assert capped.rate == 100  # doubled, capped at R(100)
+
+
 def test_layout_is_cached_per_data_and_settings(tmp_path: Path) -> None:
     settings = FaeSettings(sample_rate=1.0, min_table_bytes=0, hot_budget_bytes=48)
     first, cached = cached_layout(_examples(), SCHEMA, 4, settings, tmp_path)
