@@ -85,6 +85,10 @@ TARGETS: tuple[Target, ...] = (
 #: Surviving mutants that cannot change what the code does, by mutmut's name, with the reason.
 #: They are left out of ``caught_pct``'s denominator.
 EQUIVALENT: dict[str, str] = {
+    **{f"bagpipe.lrpp.cache.xǁTrainerCacheǁevict__mutmut_{n}": (
+        "The flags of a slot `evict` frees: no lookup reads a free slot's `stale` or "
+        "`_fetched_unread`, and `install` sets both before the slot is used again.")
+       for n in (27, 29)},
     "baselines.het.cache.xǁHetCacheǁ_evicted_tensors__mutmut_10": (
         "An empty eviction queue's deltas as `(0,)` instead of `(0, dim)`: `torch.cat` skips "
         "1-D empty tensors (its legacy rule), so the joined push and unpushed lists are the same."),
