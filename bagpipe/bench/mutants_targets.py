@@ -86,8 +86,9 @@ TARGETS: tuple[Target, ...] = (
 #: They are left out of ``caught_pct``'s denominator.
 EQUIVALENT: dict[str, str] = {
     "baselines.fae.hotset.x_choose_hot_rows__mutmut_4": (
-        "61 bisection steps for the default 60: after 60 halvings the log-t interval (27.6 wide "
-        "at the start) is below a double's spacing, so one more step moves nothing."),
+        "61 bisection steps for the default 60: after 60 halvings the log-t interval is 2.4e-17 "
+        "wide, so a 61st step moves t = exp(high) by less than a double's relative precision "
+        "(2.2e-16): the same threshold and hot set."),
     **{f"bagpipe.lrpp.cache.xǁTrainerCacheǁevict__mutmut_{n}": (
         "The flags of a slot `evict` frees: no lookup reads a free slot's `stale` or "
         "`_fetched_unread`, and `install` sets both before the slot is used again.")
