@@ -186,3 +186,31 @@ def test_an_unbounded_cache_doubles_or_grows_by_what_it_needs() -> None:
     assert cache.num_slots == 5 * first  # exactly what the rows need, beyond a doubling
     assert torch.equal(cache.gather(torch.tensor([0, first, 5 * first - 1])).flatten(),
                        torch.tensor([0.0, first, 5 * first - 1]))
+
+
+def test_a_fresh_cache_and_the_capacity_it_accepts() -> None:
+    cache = TrainerCache(capacity=1, dim=3, dtype=torch.float64)
+    ids, rows = cache.resident(include_stale=True)
+    assert ids.dtype == torch.int64 and ids.shape == (0,) and rows.shape == (0, 3)
+    assert cache.weights.dtype == torch.float64
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match=rf"^cache capacity must be a positive number of rows, got {bad}$"):
+            TrainerCache(capacity=bad, dim=3)
+
+
+def test_install_and_stale_errors_list_five_ids_and_the_shapes() -> None:
+    cache = TrainerCache(capacity=8, dim=3)
+    ids = torch.arange(1, 8)
+    cache.install(ids, _rows(ids))
+    with pytest.raises(CacheError) as error:
+        cache.install(ids, _rows(ids))
+    assert str(error.value) == "install: ids already resident, e.g. [1, 2, 3, 4, 5]"
+    cache.mark_stale(ids)
+    with pytest.raises(CacheError) as error:
+        cache.gather(ids)
+    assert str(error.value) == (
+        "gather: stale copies of other trainers' singletons, e.g. [1, 2, 3, 4, 5]"
+    )
+    with pytest.raises(ValueError) as shape_error:
+        cache.install(torch.tensor([20, 21]), torch.zeros(2, 4))
+    assert str(shape_error.value) == "install: rows (2, 4) for 2 ids, dim 3"
