@@ -85,6 +85,22 @@ TARGETS: tuple[Target, ...] = (
 #: Surviving mutants that cannot change what the code does, by mutmut's name, with the reason.
 #: They are left out of ``caught_pct``'s denominator.
 EQUIVALENT: dict[str, str] = {
+    **{f"baselines.het.cache.xǁHetCacheǁ__init____mutmut_{n}": (
+        "`dtype=torch.int64` dropped where the values are Python ints: torch infers int64.")
+       for n in (13, 15, 40, 43, 54, 57)},
+    **{f"baselines.het.cache.xǁHetCacheǁ{name}__mutmut_{n}": (
+        "An empty line or uncached key marked -2 instead of -1: every test of it is `>= 0` "
+        "/ `< 0`.") for name, n in (("__init__", 62), ("_evict", 3))},
+    **{f"baselines.het.cache.xǁHetCacheǁ__init____mutmut_{n}": (
+        "The version of a line that holds no key: `install` writes a line's version before "
+        "any read of it.") for n in (44, 45)},
+    "baselines.het.cache.xǁHetCacheǁ__init____mutmut_63": (
+        "The eviction queue as None until the first update: only dirty lines are queued, a "
+        "line is dirty only after an update, and the first update sets the queue to []; "
+        "`not None` reads as empty meanwhile."),
+    **{f"baselines.het.cache.xǁHetCacheǁrequest__mutmut_{n}": (
+        "`PullRequest.misses`: nothing reads it (the cache counts misses in `stats`).")
+       for n in (30, 35)},
     **{f"bagpipe.lrpp.cache.xǁTrainerCacheǁ__init____mutmut_{n}": (
         "`_fetched_unread` as floats instead of bools: it is only set to True/False and summed "
         "(`int(...sum())`), never used as a mask, so the miss counts are the same.")

@@ -440,3 +440,16 @@ def test_vectorised_cache_matches_per_key_reference(name: str) -> None:
                 store.push(other, torch.ones(len(other), 2), torch.ones_like(other))
             _same_cache(*caches)
             keys = next_keys
+
+
+def test_cache_settings_and_a_short_server_reply_are_named_errors() -> None:
+    with pytest.raises(ValueError, match=r"^2 capacities for 3 tables$"):
+        HetCache([4, 3, 2], [2, 2], dim=2, bound=0)
+    with pytest.raises(ValueError, match=r"^het\.bound must be >= 0, got -1$"):
+        HetCache([4], [2], dim=2, bound=-1)
+    cache = HetCache([4], [2], dim=2, bound=0, policy="lru")
+    request = cache.request(torch.tensor([0, 1]))
+    short = PullReply(torch.tensor([0]), torch.zeros(1, 2), torch.tensor([0]))
+    with pytest.raises(RuntimeError,
+                       match=r"^het server did not return every row this worker does not cache$"):
+        cache.install(request, short)
