@@ -264,6 +264,8 @@ def test_scheduler_runs_are_a_share_of_each_kind_and_epochs_repeat() -> None:
     # R(50) over 2 cold and 8 hot batches: runs of 1 cold and 4 hot
     scheduler = ShuffleScheduler(num_hot=8, num_cold=2, initial_rate=50)
     assert _kinds(scheduler, 20) == "chhhhchhhh" * 2
+    # R(25) over 4 cold and 8 hot batches: runs of 1 cold and 2 hot, to the end of both
+    assert _kinds(ShuffleScheduler(num_hot=8, num_cold=4, initial_rate=25), 12) == "chh" * 4
     # R(100) over 202 cold batches: every cold batch before the hot one
     assert _kinds(ShuffleScheduler(num_hot=1, num_cold=202, mode="fixed"), 203) == "c" * 202 + "h"
     # only hot batches: it starts hot
@@ -284,7 +286,7 @@ def test_scheduler_settings_are_checked_at_their_bounds() -> None:
 
 def test_adaptive_rate_floor_cap_and_ties() -> None:
     scheduler = ShuffleScheduler(num_hot=10, num_cold=10, initial_rate=25)
-    for loss in (0.9, 0.9, 0.9):  # neither a rise nor a fall
+    for loss in (0.9,) * 6:  # neither a rise nor a fall, however often
         scheduler.observe_loss(loss)
     assert scheduler.rate == 25
     scheduler.observe_loss(1.0)
