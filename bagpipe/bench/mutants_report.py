@@ -57,13 +57,15 @@ def _markdown(frame: pd.DataFrame) -> str:
 
 
 def _then_and_now(before: pd.DataFrame, after: pd.DataFrame) -> str:
+    noted = ["measured"] if "measured" in after.columns else []
     both = before[["module", "mutants", "caught_pct"]].merge(
-        after[["module", "mutants", "caught_pct"]], on="module", how="outer",
+        after[["module", "mutants", "caught_pct", *noted]], on="module", how="outer",
         suffixes=("_before", "_after"))
     return f"""## Before and after
 
 `caught_pct` of the run kept in `results/bench/mutants_before.csv` (each module against its
-test selection before the tests were added) and of the table above.
+test selection before the tests were added) and of the table above; `measured` (when the table
+has it) says whether a module was measured again after its tests were added.
 
 {_markdown(both)}
 """
