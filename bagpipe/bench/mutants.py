@@ -16,7 +16,9 @@ comes from tests older than the checkout.
 Rows (``results/bench/mutants.csv``), one per target: ``mutants``, ``killed``, ``survived``,
 ``timeouts``, ``no_tests`` (mutants no selected test reached), ``equivalent`` (survivors that
 cannot change behaviour, listed with their reason in ``mutants_targets.EQUIVALENT``) and
-``caught_pct`` = (killed + timeouts) / (mutants - equivalent). ``mutants_report`` writes
+``caught_pct`` = (killed + timeouts) / (mutants - equivalent - not_run), ``not_run`` counting the
+mutants of a run stopped before it reached them (its row then measures only those it ran).
+``mutants_report`` writes
 ``reports/mutants.md`` from them with every survivor's diff.
 
 Not part of CI or of the default ``nox -s bench``: it takes about an hour. To measure some targets
@@ -150,7 +152,8 @@ def row(target: Target) -> dict:
         "no_tests": counts["no_tests"],
         "not_run": counts["not_run"],
         "equivalent": equivalent,
-        "caught_pct": round(100.0 * caught / max(1, len(results) - equivalent), 1),
+        "caught_pct": round(
+            100.0 * caught / max(1, len(results) - equivalent - counts["not_run"]), 1),
     }
 
 

@@ -28,8 +28,8 @@ STATUS = {
     5: "no_tests", 33: "no_tests",
 }
 
-COLUMNS = ["module", "mutants", "killed", "survived", "timeouts", "no_tests", "equivalent",
-           "caught_pct"]
+COLUMNS = ["module", "mutants", "killed", "survived", "timeouts", "no_tests", "not_run",
+           "equivalent", "caught_pct"]
 GOAL_PCT = 85.0
 
 
@@ -80,8 +80,9 @@ def _header(frame: pd.DataFrame) -> str:
 
 `nox -s mutants` (`python -m bagpipe.bench --only mutants`, mutmut) plants one small bug at a
 time into each module below and runs the tests that cover it. `caught_pct` is (killed +
-timeouts) / (mutants - equivalent); `no_tests` counts mutants that no selected test reaches.
-{verdict}
+timeouts) / (mutants - equivalent - not_run); `no_tests` counts mutants that no selected test
+reaches, `not_run` those a stopped run never reached (a row with any measures only part of its
+module). {verdict}
 
 {table}
 """
