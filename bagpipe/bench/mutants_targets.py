@@ -88,6 +88,8 @@ TARGETS: tuple[Target, ...] = (
 #: Surviving mutants that cannot change what the code does, by mutmut's name, with the reason.
 #: They are left out of ``caught_pct``'s denominator.
 EQUIVALENT: dict[str, str] = {
+    "bagpipe.lrpp.trainer.xǁ_Boardǁ__init____mutmut_4": (
+        "`closed = None` for `False`: it is only tested for truth."),
     **{f"bagpipe.data.readers.x__jsonl_record__mutmut_{n}": (
         "`zip(sparse, table_sizes, strict=...)` right after `len(sparse) != len(table_sizes)` "
         "was refused: the two are equally long.") for n in (50, 53, 54)},

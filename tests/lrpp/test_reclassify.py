@@ -55,6 +55,8 @@ def test_scatter_rows_puts_each_value_at_its_ids_place_and_ignores_the_rest() ->
     out = scatter_rows(target, torch.tensor([9, 2, 7, 12]), values)  # 7 and 12 are not listed
     assert out.dtype == torch.float64
     assert out.tolist() == [[2.0, 2.5], [0.0, 0.0], [1.0, 1.5]]
+    assert scatter_rows(target, torch.tensor([5]), values[:1]).tolist() == [
+        [0.0, 0.0], [1.0, 1.5], [0.0, 0.0]]  # a single id
     assert scatter_rows(target[:0], torch.tensor([1]), values[:1]).shape == (0, 2)
     assert scatter_rows(target, torch.tensor([], dtype=torch.int64), values[:0]).tolist() == [
         [0.0, 0.0]] * 3
