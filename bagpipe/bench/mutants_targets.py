@@ -99,6 +99,9 @@ EQUIVALENT: dict[str, str] = {
     **{f"baselines.het.cache.xǁHetCacheǁ__init____mutmut_{n}": (
         "`dtype=torch.int64` dropped where the values are Python ints: torch infers int64.")
        for n in (13, 15, 40, 43, 54, 57)},
+    **{f"baselines.het.cache.xǁHetCacheǁkey_of_slot__mutmut_{n}": (
+        "`dtype=torch.int64` dropped where the fill is the Python int -1: torch infers int64.")
+       for n in (5, 8)},
     **{f"baselines.het.cache.xǁHetCacheǁ{name}__mutmut_{n}": (
         "An empty line or uncached key marked -2 instead of -1: every test of it is `>= 0` "
         "/ `< 0`.") for name, n in (("__init__", 62), ("_evict", 3))},
