@@ -125,6 +125,7 @@ def mutants(session: nox.Session) -> None:
 #: needs first (none: pure data).
 REPORT_SUITES = {
     "fig7": ("fig7",),
+    "datasets": ("datasets",),
     "skew": (),
     "breakdown": ("breakdown",),
     "convergence": ("convergence", "convergence_het"),

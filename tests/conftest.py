@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from bagpipe.core.batch import Batch, DatasetSchema, batch_from_arrays
+from bagpipe.core.batch import Batch, DatasetSchema, batch_from_arrays, ids_matrix, split_batch
 from bagpipe.core.interface import ModelConfig, ModelState, OptimConfig, TrainContext
 
 # Tiny tensors on a shared 2-core machine: intra-op threads only contend (a 60-step training test
@@ -75,6 +75,22 @@ class TinySource:
 
     def __iter__(self) -> Iterator[Batch]:
         return (self[i] for i in range(self.num_batches))
+
+    def slice(self, index: int, part: int, parts: int) -> Batch:
+        """Made from the whole batch: a slice's cost does not matter at this size."""
+        return split_batch(self[index], parts)[part]
+
+    def ids(self, index: int) -> torch.Tensor:
+        return ids_matrix(self[index])
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_data_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Prepared datasets go to a temporary directory, never the user's cache (role processes and
+    subprocesses inherit it through the environment)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BAGPIPE_DATA_CACHE", str(tmp_path_factory.mktemp("data-cache")))
+        yield
 
 
 def equivalence_context(

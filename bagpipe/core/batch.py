@@ -41,6 +41,7 @@ __all__ = [
     "global_ids",
     "ids_matrix",
     "slice_batch",
+    "slice_bounds",
     "split_batch",
 ]
 
@@ -128,11 +129,33 @@ def global_ids(batch: Batch, schema: DatasetSchema) -> torch.Tensor:
 def slice_batch(batch: Batch, start: int, stop: int) -> Batch:
     """Examples ``start:stop`` of a one-hot batch, as a new ``Batch``."""
     return batch_from_arrays(
-        batch.dense_features[start:stop],
+        _rows(batch.dense_features, start, stop),
         ids_matrix(batch)[start:stop],
         batch.labels[start:stop],
         batch.sparse_features.keys(),
     )
+
+
+def _rows(tensor: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    """Rows ``start:stop`` as a view, or as a tensor of its own when they hold no element (a
+    dataset without dense features): a ``[B, 0]`` view keeps a storage offset into an empty
+    storage, which the RPC receiver's unpickler refuses, aborting the process."""
+    rows = tensor[start:stop]
+    return rows.clone() if rows.numel() == 0 else rows
+
+
+def slice_bounds(size: int, part: int, parts: int) -> tuple[int, int]:
+    """``(start, stop)`` of trainer slice ``part`` of ``parts`` in a global batch of ``size``.
+
+    The one definition of "a trainer's slice": ``split_batch`` cuts with it, and every
+    ``BatchSource.slice`` reads exactly these rows, so the two always agree.
+    """
+    if not 0 <= part < parts:
+        raise ValueError(f"slice {part} of {parts}: need 0 <= part < parts")
+    if size % parts:
+        raise ValueError(f"global batch {size} does not split into {parts} equal trainer slices")
+    step = size // parts
+    return part * step, (part + 1) * step
 
 
 def split_batch(batch: Batch, parts: int) -> list[Batch]:
@@ -142,7 +165,4 @@ def split_batch(batch: Batch, parts: int) -> list[Batch]:
     means, which the equivalence tests rely on.
     """
     size = batch.labels.shape[0]
-    if size % parts:
-        raise ValueError(f"global batch {size} does not split into {parts} equal trainer slices")
-    step = size // parts
-    return [slice_batch(batch, k * step, (k + 1) * step) for k in range(parts)]
+    return [slice_batch(batch, *slice_bounds(size, k, parts)) for k in range(parts)]

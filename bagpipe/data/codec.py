@@ -203,26 +203,3 @@ def encode_keys(
     q = _splitmix64(rows_ids.astype(np.uint64) ^ salt) % np.uint64(q_count)
     return residue + np.uint64(span) * q
 
-
-class Vocabulary:
-    """Value -> row built in a pre-pass: the sorted distinct keys of a table get rows ``1 .. n``.
-
-    Row 0 is the missing value (empty field), so a table has ``distinct + 1`` rows (Bagpipe's Avazu
-    "+1" convention; DLRM's dictionaries likewise count the missing token). Sorting keys, not first
-    appearance, makes the mapping independent of the file's row order.
-    """
-
-    def __init__(self, keys: np.ndarray) -> None:
-        self.keys = np.unique(keys.astype(np.uint64))
-
-    @property
-    def rows(self) -> int:
-        return int(self.keys.size) + 1
-
-    def lookup(self, keys: np.ndarray, missing: np.ndarray) -> np.ndarray:
-        pos = np.searchsorted(self.keys, keys)
-        found = pos < self.keys.size
-        found[found] = self.keys[pos[found]] == keys[found]
-        if not np.all(found | missing):
-            raise KeyError("a value missing from the vocabulary (vocabularies cover the whole input)")
-        return np.where(missing, 0, pos + 1).astype(np.int64)

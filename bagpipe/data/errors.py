@@ -16,3 +16,16 @@ class DataFormatError(ValueError):
         self.reason = reason
         where = f"{path}:{line}" if line is not None else path
         super().__init__(f"{where}: {reason}")
+
+
+class CacheDirError(OSError):
+    """The prepared-data cache directory cannot take the dataset: not writable, or too full.
+
+    Raised before preprocessing starts when it can be foreseen, so no work is lost; the message
+    names the directory and the config key that chooses another (``dataset.cache_dir``).
+    """
+
+    def __init__(self, directory: str, reason: str) -> None:
+        self.directory = directory
+        super().__init__(f"dataset cache directory {directory}: {reason}; choose another with "
+                         "dataset.cache_dir=<dir> (or BAGPIPE_DATA_CACHE)")

@@ -30,13 +30,12 @@ _LOG1P_TABLE = np.log1p(np.arange(_LOG1P_TABLE_SIZE, dtype=np.float64)).astype(n
 
 def dlrm_dense_transform(raw: np.ndarray) -> np.ndarray:
     """DLRM's dense transform: negatives clamped to 0, then ``log(x + 1)`` in float64, as float32."""
-    clamped = np.maximum(raw, 0)
-    if not np.issubdtype(clamped.dtype, np.integer):  # no table for fractional values
-        return np.log1p(clamped.astype(np.float64)).astype(np.float32)
-    out = np.take(_LOG1P_TABLE, np.minimum(clamped, _LOG1P_TABLE_SIZE - 1))
-    large = clamped >= _LOG1P_TABLE_SIZE
-    if large.any():
-        out[large] = np.log1p(clamped[large].astype(np.float64)).astype(np.float32)
+    if not np.issubdtype(raw.dtype, np.integer):  # no table for fractional values
+        return np.log1p(np.maximum(raw, 0).astype(np.float64)).astype(np.float32)
+    out = np.take(_LOG1P_TABLE, np.clip(raw, 0, _LOG1P_TABLE_SIZE - 1))
+    if raw.size and raw.max() >= _LOG1P_TABLE_SIZE:  # rare: most counts are small
+        large = raw >= _LOG1P_TABLE_SIZE
+        out[large] = np.log1p(raw[large].astype(np.float64)).astype(np.float32)
     return out
 
 
@@ -68,6 +67,10 @@ class Examples:
 
         return Examples(pick(self.labels), self.dense[index], self.ids[index],
                         pick(self.dense_raw), pick(self.dense_missing))
+
+    def take_ids(self, index: np.ndarray | slice) -> np.ndarray:
+        """The ``[N, F]`` ids of rows ``index`` (what a ``RowStore`` gives the oracle)."""
+        return self.ids[index]
 
     @staticmethod
     def concat(parts: Sequence[Examples], num_dense: int, num_features: int) -> Examples:

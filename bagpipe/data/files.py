@@ -1,4 +1,4 @@
-"""Read a whole raw file (or a set of day files) into ``Examples`` with table rows for ids.
+"""Raw input files as mapped ``Examples``, one block at a time: what preprocessing consumes.
 
 Categorical value -> row, two modes (``mapping``):
 
@@ -6,28 +6,30 @@ Categorical value -> row, two modes (``mapping``):
   ``max_ind_range``: the modulo of the value's hash; Criteo's empty field -> row 0). One pass, no
   state, distinct values may collide. Table sizes come from the preset at the configured scale, so a
   file written from the generator at that scale reads back to the generator's exact ids.
-* ``"vocab"``: a pre-pass collects each table's distinct values (chunk by chunk, merged), then sorted
-  values get rows ``1 .. n`` and the table has ``n + 1`` rows (row 0 = missing). No collisions; the
-  table sizes come from the data. Like DLRM's dictionaries, the vocabulary spans all rows read.
+* ``"vocab"``: a counting pass builds each table's vocabulary first (``bagpipe.data.vocab``), then
+  values get their vocabulary rows. No collisions; the table sizes come from the data. Like DLRM's
+  dictionaries, the vocabulary spans all rows read.
+
+JSON lines already hold table rows, so no mapping applies to them.
 """
 
 from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterator, Sequence
-from typing import Literal
+import zlib
+from collections.abc import Callable, Generator, Iterator, Sequence
+from functools import partial
 
 import numpy as np
-import pyarrow as pa
 
-from bagpipe.core.memory import small_pages
-from bagpipe.data.codec import Vocabulary, keys_to_rows
-from bagpipe.data.examples import Examples
+from bagpipe.data.codec import keys_to_rows
+from bagpipe.data.examples import Examples, dlrm_dense_transform
 from bagpipe.data.readers import RawBlock, ReadStats, iter_avazu_csv, iter_criteo_tsv, iter_jsonl
+from bagpipe.data.segments import ordered_map
 
-Mapping = Literal["hash_mod", "vocab"]
-MAPPINGS: tuple[str, ...] = ("hash_mod", "vocab")
+#: Maps one table's ``[N]`` uint64 keys and missing flags to ``[N]`` int64 rows.
+ColumnMap = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 def expand_paths(path: str) -> list[str]:
@@ -38,119 +40,62 @@ def expand_paths(path: str) -> list[str]:
     return paths
 
 
-def _raw_blocks(kind: str, paths: Sequence[str], skip_bad_rows: bool, stats: ReadStats) -> Iterator[RawBlock]:
-    for path in paths:
-        if kind == "criteo_tsv":
-            yield from iter_criteo_tsv(path, skip_bad_rows=skip_bad_rows, stats=stats)
-        elif kind == "avazu_csv":
-            yield from iter_avazu_csv(path, skip_bad_rows=skip_bad_rows, stats=stats)
-        else:
-            raise ValueError(f"no raw-key reader for kind {kind!r}")
+def raw_blocks(
+    kind: str, path: str, skip_bad_rows: bool, stats: ReadStats
+) -> Generator[RawBlock, None, None]:
+    """Parsed rows of one Criteo TSV or Avazu CSV file, categorical values as keys."""
+    if kind == "criteo_tsv":
+        return iter_criteo_tsv(path, skip_bad_rows=skip_bad_rows, stats=stats)
+    if kind == "avazu_csv":
+        return iter_avazu_csv(path, skip_bad_rows=skip_bad_rows, stats=stats)
+    raise ValueError(f"no raw-key reader for kind {kind!r}")
 
 
-def _build_vocabularies(kind: str, paths: Sequence[str], skip_bad_rows: bool) -> list[Vocabulary]:
-    distinct: list[np.ndarray] | None = None
-    for block in _raw_blocks(kind, paths, skip_bad_rows, ReadStats()):
-        present = [np.unique(block.keys[~block.key_missing[:, f], f]) for f in range(block.keys.shape[1])]
-        distinct = present if distinct is None else [np.union1d(a, b) for a, b in zip(distinct, present, strict=True)]
-    if distinct is None:
-        raise ValueError(f"no rows in {list(paths)}: cannot build a vocabulary")
-    return [Vocabulary(keys) for keys in distinct]
+def hash_mod_columns(kind: str, table_sizes: Sequence[int]) -> list[ColumnMap]:
+    """Per-table hash-mod maps; Criteo's empty field keeps row 0, Avazu (no empty fields) hashes
+    every value."""
+    reserve_missing = kind == "criteo_tsv"
+    return [partial(keys_to_rows, rows=rows, reserve_missing=reserve_missing) for rows in table_sizes]
 
 
-@small_pages()  # the output and every block's arrays are fresh memory, written once
-def read_examples(
-    kind: str,
-    path: str,
-    *,
-    table_sizes: Sequence[int],
-    num_dense: int,
-    mapping: Mapping = "hash_mod",
-    skip_bad_rows: bool = False,
-) -> tuple[Examples, tuple[int, ...], ReadStats]:
-    """All rows of ``path`` as labelled ``Examples``, the table sizes used, and the read stats.
+def map_block(path: str, block: RawBlock, *, columns: Sequence[ColumnMap]) -> Examples:
+    """A parsed block as labelled examples: table rows for keys, DLRM-transformed dense values."""
+    if block.labels is None:
+        raise ValueError(f"{path}: no labels (a test file?); a training dataset needs them")
+    if len(columns) != block.keys.shape[1]:
+        raise ValueError(f"{path} has {block.keys.shape[1]} categorical features, the schema "
+                         f"{len(columns)}")
+    ids = np.empty(block.keys.shape[::-1], dtype=np.int64)  # column-major, like the keys
+    for f, column in enumerate(columns):
+        ids[f] = column(block.keys[:, f], block.key_missing[:, f])
+    return Examples(block.labels, dlrm_dense_transform(block.dense_raw), ids.T)
 
-    ``kind`` is ``"criteo_tsv"``, ``"avazu_csv"`` or ``"jsonl"`` (JSON lines already hold rows, so
-    ``mapping`` does not apply and ids are checked against ``table_sizes``). Reads without
-    numpy's huge-page advice (``bagpipe.core.memory.small_pages``: a 500k-row file read 20-40%
-    faster).
-    """
-    paths = expand_paths(path)
-    stats = ReadStats()
-    num_features = len(table_sizes)
+
+def mapped_blocks(
+    kind: str, path: str, columns: Sequence[ColumnMap], table_sizes: Sequence[int], num_dense: int,
+    skip_bad_rows: bool, stats: ReadStats,
+) -> Iterator[Examples]:
+    """Every row of one file as ``Examples`` (``columns`` map keys; JSON lines are checked against
+    ``table_sizes`` instead)."""
     if kind == "jsonl":
-        parts = [block for p in paths for block in iter_jsonl(
-            p, table_sizes, num_dense=num_dense, skip_bad_rows=skip_bad_rows, stats=stats)]
-        return Examples.concat(parts, num_dense, num_features), tuple(table_sizes), stats
-    reserve_missing = kind == "criteo_tsv"  # Avazu has no empty fields: every value is hashed
-    vocabularies = _build_vocabularies(kind, paths, skip_bad_rows) if mapping == "vocab" else None
-    sizes = tuple(v.rows for v in vocabularies) if vocabularies is not None else tuple(table_sizes)
-    if len(sizes) != num_features:
-        raise ValueError(f"{kind} has {len(sizes)} categorical features, the schema {num_features}")
-    out = _Output(_estimate_rows(paths), num_dense, num_features)
-    for block in _raw_blocks(kind, paths, skip_bad_rows, stats):
-        if block.labels is None:
-            raise ValueError(f"{path}: no labels (a test file?); a training dataset needs them")
-        ids = np.empty(block.keys.shape[::-1], dtype=np.int64)  # column-major, like the keys
-        for f, rows in enumerate(sizes):
-            keys, missing = block.keys[:, f], block.key_missing[:, f]
-            ids[f] = (vocabularies[f].lookup(keys, missing) if vocabularies is not None
-                      else keys_to_rows(keys, missing, rows, reserve_missing))
-        out.append(Examples.from_raw(block.labels, block.dense_raw, block.dense_missing, ids.T))
-    return out.examples(), sizes, stats
+        yield from iter_jsonl(path, table_sizes, num_dense=num_dense, skip_bad_rows=skip_bad_rows,
+                              stats=stats)
+        return
+    blocks = raw_blocks(kind, path, skip_bad_rows, stats)
+    yield from ordered_map(partial(map_block, path, columns=columns), blocks)  # on the read threads
 
 
 _SAMPLE_BYTES = 1 << 20
 
 
-def _estimate_rows(paths: Sequence[str]) -> int:
-    """About 1.25x the rows of ``paths``: their size over the line length of the first file's
-    first MiB (decompressed). Compressed files are underestimated; ``_Output`` then grows."""
-    with pa.input_stream(paths[0]) as stream:  # compression detected from the extension
-        sample = stream.read(_SAMPLE_BYTES)
+def estimate_rows(path: str) -> int:
+    """About the rows of one file: its size over the line length of its first MiB, scaled by the
+    first MiB's compression ratio for a ``.gz`` (for progress bars and disk-space checks)."""
+    with open(path, "rb") as handle:
+        head = handle.read(_SAMPLE_BYTES)
+    sample, ratio = head, 1.0
+    if path.endswith(".gz") and head:
+        sample = zlib.decompressobj(zlib.MAX_WBITS | 16).decompress(head)
+        ratio = len(sample) / len(head)
     bytes_per_row = max(1, len(sample) // max(1, sample.count(b"\n")))
-    return sum(os.path.getsize(p) for p in paths) * 5 // (4 * bytes_per_row) + 1024
-
-
-class _Output:
-    """The read ``Examples``, written block by block into arrays sized from an estimate.
-
-    Keeping every block until one final concatenation would hold (and page in) the data twice; here
-    each block is copied once and freed. The arrays take their dtypes and widths from the first
-    block (a field a block lacks stays ``None``, as in ``Examples.concat``). Capacity doubles when
-    the estimate falls short; the result is views of the rows written, and pages past them are never
-    touched, so an over-estimate costs address space, not memory.
-    """
-
-    def __init__(self, capacity: int, num_dense: int, num_features: int) -> None:
-        self.capacity, self.num_dense, self.num_features = capacity, num_dense, num_features
-        self.rows = 0
-        self.arrays: list[np.ndarray | None] | None = None
-
-    def append(self, block: Examples) -> None:
-        parts = (block.labels, block.dense, block.ids, block.dense_raw, block.dense_missing)
-        if self.arrays is None:
-            self.arrays = [None if part is None else np.empty((self.capacity, *part.shape[1:]), part.dtype)
-                           for part in parts]
-        start, end = self.rows, self.rows + len(block)
-        if end > self.capacity:
-            self.capacity = max(end, 2 * self.capacity)
-            self.arrays = [None if a is None else _grown(a, self.capacity, start) for a in self.arrays]
-        for array, part in zip(self.arrays, parts, strict=True):
-            if array is not None:
-                array[start:end] = part
-        self.rows = end
-
-    def examples(self) -> Examples:
-        if self.arrays is None:  # no blocks at all
-            return Examples.concat([], self.num_dense, self.num_features)
-        labels, dense, ids, raw, missing = (None if a is None else a[: self.rows] for a in self.arrays)
-        assert dense is not None and ids is not None
-        return Examples(labels, dense, ids, raw, missing)
-
-
-def _grown(array: np.ndarray, capacity: int, rows: int) -> np.ndarray:
-    """``array`` with room for ``capacity`` rows, its first ``rows`` rows copied."""
-    bigger = np.empty((capacity, *array.shape[1:]), array.dtype)
-    bigger[:rows] = array[:rows]
-    return bigger
+    return int(os.path.getsize(path) * ratio / bytes_per_row) + 1

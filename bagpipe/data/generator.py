@@ -1,13 +1,22 @@
 """Calibrated synthetic generator with Criteo/Avazu shapes and teacher labels (data.md §3.3-§3.4).
 
-Random access: example block ``(split, index)`` is drawn from an RNG seeded by
-``(seed, split, index, batch_size)`` alone, so any batch can be made without making the ones before
-it, in any process, and the train, eval and calibration streams are independent draws.
+Random access by row: each split (``train``, ``eval``, ...) is an endless stream of examples cut
+into chunks of ``CHUNK_ROWS``; chunk ``c`` is drawn from an RNG seeded by ``(seed, split, c)`` alone.
+Rows ``start .. stop`` of a split are made from the chunks they overlap, and nothing else, so any
+batch, or any trainer's slice of one, can be made without making anything before it or beside it,
+in any process, and the train, eval and calibration streams are independent draws. A global batch
+``i`` of ``B`` examples is rows ``i*B .. (i+1)*B``; trainer ``k``'s slice of it generates only the
+chunks under its own rows (about ``1/T`` of the batch's cost while the slice is at least a chunk).
 
-Per block: table ``f``'s ids come from its ``TablePopularity`` (inverse CDF); dense values are raw
-integers (missing with the preset's rate, else ``max(0, round(expm1(y)))`` with
-``y ~ N(mean, sd)`` on the log1p scale, plus a few small negatives for Kaggle's I2), then the DLRM
-transform; labels are Bernoulli draws from the teacher.
+Per chunk, in this order from its RNG: one uniform per (table, row) for the ids, then the dense
+draws, then one uniform per row for the label; the ids alone (``ids``) stop after the first draw.
+Table ``f``'s ids come from its ``TablePopularity`` (inverse CDF); dense values are raw integers
+(missing with the preset's rate, else ``max(0, round(expm1(y)))`` with ``y ~ N(mean, sd)`` on the
+log1p scale, plus a few small negatives for Kaggle's I2), then the DLRM transform; labels are
+Bernoulli draws from the teacher.
+
+(Before chunking, a block was drawn from one RNG seeded by its index and size, so the data made for
+a seed changed with this layout; the calibrated statistics did not.)
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from bagpipe.data.teacher import Teacher, roc_auc, sigmoid
 
 SPLITS: dict[str, int] = {"train": 0, "eval": 1, "calibration": 2, "ceiling": 3}
 _TAG_PERM = 9001
+CHUNK_ROWS = 256  # rows per independently seeded chunk: the granularity of random access
 CALIBRATION_ROWS = 32768
 CEILING_ROWS = 65536
 _MAX_LOG1P = 20.0  # caps expm1 of the far tail of the dense normal (x <= 4.9e8)
@@ -83,40 +93,77 @@ class SyntheticGenerator:
         self._negative = np.array([d.negative_rate for d in preset.dense])
         self.teacher = Teacher(self.table_sizes, len(preset.dense), preset.teacher_sigma_w,
                                preset.teacher_sigma_v, cfg.seed)
-        calib = self._features(self._rng("calibration", 0, CALIBRATION_ROWS), CALIBRATION_ROWS)
+        calib, _ = self._unlabelled("calibration", 0, CALIBRATION_ROWS)
         self.teacher.calibrate(calib.dense, calib.ids, preset.ctr)
 
     @property
     def num_features(self) -> int:
         return len(self.table_sizes)
 
-    def _rng(self, split: str, index: int, size: int) -> np.random.Generator:
+    def _chunk_rng(self, split: str, chunk: int) -> np.random.Generator:
+        return np.random.default_rng([self.cfg.seed, SPLITS[split], chunk])
+
+    def _chunks(self, split: str, start: int, stop: int) -> tuple[range, slice]:
+        """The chunks rows ``start .. stop`` of ``split`` overlap, and where those rows are in
+        the chunks' rows laid end to end."""
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; valid: {sorted(SPLITS)}")
-        if index < 0:
-            raise IndexError(f"block index {index} is negative")
-        return np.random.default_rng([self.cfg.seed, SPLITS[split], index, size])
+        if not 0 <= start < stop:
+            raise IndexError(f"rows {start}..{stop}: need 0 <= start < stop")
+        first = start // CHUNK_ROWS
+        return range(first, -(-stop // CHUNK_ROWS)), slice(start - first * CHUNK_ROWS,
+                                                           stop - first * CHUNK_ROWS)
 
-    def _features(self, rng: np.random.Generator, size: int) -> Examples:
-        uniforms = rng.random((self.num_features, size))
-        ids = np.empty((size, self.num_features), dtype=np.int64)
+    def _sample_ids(self, uniforms: np.ndarray) -> np.ndarray:
+        """``[F, N]`` uniforms -> ``[N, F]`` int64 row ids."""
+        ids = np.empty(uniforms.shape[::-1], dtype=np.int64)
         for f, table in enumerate(self.tables):
             ids[:, f] = table.sample(uniforms[f])
-        num_dense = self._mean.size
-        missing = rng.random((size, num_dense)) < self._missing
-        log_values = np.minimum(rng.normal(self._mean, self._sd, (size, num_dense)), _MAX_LOG1P)
+        return ids
+
+    def _dense_draws(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """One chunk's raw dense integers and missing flags (``[CHUNK_ROWS, Dd]`` each)."""
+        shape = (CHUNK_ROWS, self._mean.size)
+        missing = rng.random(shape) < self._missing
+        log_values = np.minimum(rng.normal(self._mean, self._sd, shape), _MAX_LOG1P)
         raw = np.maximum(0.0, np.rint(np.expm1(log_values))).astype(np.int64)
-        negative = rng.random((size, num_dense)) < self._negative
+        negative = rng.random(shape) < self._negative
         raw[negative] = -rng.integers(1, 4, int(negative.sum()))
-        return Examples.from_raw(None, raw, missing, ids)
+        return raw, missing
+
+    def _unlabelled(self, split: str, start: int, stop: int) -> tuple[Examples, np.ndarray]:
+        """Rows ``start .. stop`` without labels, and each row's label uniform."""
+        chunks, cut = self._chunks(split, start, stop)
+        uniforms, raws, missings, label_uniforms = [], [], [], []
+        for chunk in chunks:
+            rng = self._chunk_rng(split, chunk)
+            uniforms.append(rng.random((self.num_features, CHUNK_ROWS)))
+            raw, missing = self._dense_draws(rng)
+            raws.append(raw)
+            missings.append(missing)
+            label_uniforms.append(rng.random(CHUNK_ROWS))
+        block = Examples.from_raw(
+            None, np.concatenate(raws)[cut], np.concatenate(missings)[cut],
+            self._sample_ids(np.concatenate(uniforms, axis=1)[:, cut]))
+        return block, np.concatenate(label_uniforms)[cut]
+
+    def rows(self, split: str, start: int, stop: int) -> Examples:
+        """Rows ``start .. stop`` of ``split`` (``"train"`` / ``"eval"``): labelled examples."""
+        block, label_uniforms = self._unlabelled(split, start, stop)
+        labels = (label_uniforms < self.teacher_probs(block)).astype(np.int8)
+        return Examples(labels, block.dense, block.ids, block.dense_raw, block.dense_missing)
+
+    def ids(self, split: str, start: int, stop: int) -> np.ndarray:
+        """``rows(split, start, stop).ids`` ([N, F] int64), drawing only the ids."""
+        chunks, cut = self._chunks(split, start, stop)
+        uniforms = [self._chunk_rng(split, c).random((self.num_features, CHUNK_ROWS)) for c in chunks]
+        return self._sample_ids(np.concatenate(uniforms, axis=1)[:, cut])
 
     def examples(self, split: str, index: int, size: int) -> Examples:
-        """Block ``index`` of ``split`` (``"train"`` / ``"eval"``): ``size`` labelled examples."""
-        rng = self._rng(split, index, size)
-        block = self._features(rng, size)
-        probs = sigmoid(self.teacher.logits(block.dense, block.ids))
-        labels = (rng.random(size) < probs).astype(np.int8)
-        return Examples(labels, block.dense, block.ids, block.dense_raw, block.dense_missing)
+        """Block ``index`` of ``size`` rows of ``split``: rows ``index*size .. (index+1)*size``."""
+        if index < 0:
+            raise IndexError(f"block index {index} is negative")
+        return self.rows(split, index * size, (index + 1) * size)
 
     def teacher_probs(self, block: Examples) -> np.ndarray:
         """The teacher's click probability for each example (the Bayes-optimal score)."""

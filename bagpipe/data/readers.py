@@ -32,7 +32,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,7 +65,8 @@ class ReadStats:
 class RawBlock:
     """Parsed rows before the categorical mapping.
 
-    ``keys``/``key_missing`` are ``[N, F]``; ``extra`` holds format-specific columns (Avazu ``id``
+    ``keys``/``key_missing`` are ``[N, F]``, ``dense_raw`` is 0 where ``dense_missing`` (an empty
+    field), so it transforms as it is; ``extra`` holds format-specific columns (Avazu ``id``
     as uint64 and ``hour`` as int64). The readers fill them one column at a time, so ``keys``,
     ``key_missing``, ``dense_raw`` and ``dense_missing`` are column-major (Fortran order): a column
     ``[:, f]`` is contiguous for the mapper, which also works column by column.
@@ -219,7 +220,7 @@ def _read_blocks(
     types: ColumnTypes,
     fast_types: ColumnTypes | None,
     decode: Callable[[pa.Table, _RowChecker], RawBlock],
-) -> Iterator[RawBlock]:
+) -> Generator[RawBlock, None, None]:
     """Every segment parsed and ``decode``d on the reader threads; blocks (bad rows dropped or
     raised) in file order."""
 
@@ -244,7 +245,7 @@ def iter_criteo_tsv(
     skip_bad_rows: bool = False,
     stats: ReadStats | None = None,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
-) -> Iterator[RawBlock]:
+) -> Generator[RawBlock, None, None]:
     """Criteo TSV (Kaggle or Terabyte): ``label``, 13 integers, 26 hex categoricals; empty = missing.
 
     ``has_label=False`` reads Kaggle's ``test.txt`` (39 fields). A ``.gz`` path is decompressed.
@@ -302,7 +303,7 @@ def iter_avazu_csv(
     skip_bad_rows: bool = False,
     stats: ReadStats | None = None,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
-) -> Iterator[RawBlock]:
+) -> Generator[RawBlock, None, None]:
     """Avazu CSV with header. The 21 categorical fields become keys (hex fields parsed as hex,
     integer fields as integers); ``id`` (uint64, may exceed int64) and ``hour`` (YYMMDDHH) go to
     ``extra``. Avazu has no dense features (``dense_raw`` is ``[N, 0]``)."""

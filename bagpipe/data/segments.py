@@ -21,6 +21,7 @@ import pyarrow as pa
 from bagpipe.data.errors import DataFormatError
 
 READ_THREADS = 2  # the target machine's cores; more only adds memory in flight
+_S = TypeVar("_S")
 _T = TypeVar("_T")
 
 
@@ -89,11 +90,12 @@ def iter_segments(path: str, block_bytes: int, skip_header: bool) -> Generator[S
         yield Segment(carry, next_line, skip_header and next_line == 1)
 
 
-def ordered_map(work: Callable[[Segment], _T], segments: Generator[Segment, None, None]) -> Iterator[_T]:
-    """``work(segment)`` for every segment on ``READ_THREADS`` threads, results in input order.
+def ordered_map(work: Callable[[_S], _T], segments: Generator[_S, None, None]) -> Iterator[_T]:
+    """``work(segment)`` for every item of ``segments`` (segments, or the blocks parsed from them)
+    on ``READ_THREADS`` threads, results in input order.
 
-    An error of a segment's work is raised in its turn; a read error of ``segments`` is raised after
-    the results of every segment before it, so errors surface in file order.
+    An error of an item's work is raised in its turn; a ``DataFormatError`` of ``segments`` itself
+    is raised after the results of every item before it, so errors surface in file order.
     """
     pool = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="bagpipe-read")
     pending: deque[Future[_T]] = deque()

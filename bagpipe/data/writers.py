@@ -14,7 +14,7 @@ readers' hash-mod mapping sends back to the same rows, so generator -> writer ->
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
@@ -69,25 +69,32 @@ def _require_raw(examples: Examples) -> tuple[np.ndarray, np.ndarray]:
 
 
 def write_criteo_tsv(
-    path: str, examples: Examples, table_sizes: Sequence[int], *, with_label: bool = True, seed: int = 0
+    path: str, examples: Examples | Iterable[Examples], table_sizes: Sequence[int], *,
+    with_label: bool = True, seed: int = 0,
 ) -> None:
-    """Criteo TSV (see the module docstring); ``with_label=False`` writes a Kaggle ``test.txt``."""
-    raw, raw_missing = _require_raw(examples)
-    if with_label and examples.labels is None:
-        raise ValueError("with_label=True needs labelled examples")
+    """Criteo TSV (see the module docstring); ``with_label=False`` writes a Kaggle ``test.txt``.
+
+    ``examples`` may be one block or an iterable of blocks written one after another (a file
+    larger than memory, e.g. a full-size Kaggle ``train.txt`` made chunk by chunk).
+    """
+    blocks = [examples] if isinstance(examples, Examples) else examples
 
     def chunks() -> Iterator[pa.Table]:
-        for start in range(0, len(examples), WRITE_CHUNK_ROWS):
-            stop = min(start + WRITE_CHUNK_ROWS, len(examples))
-            columns: dict[str, pa.Array] = {}
-            if with_label:
-                columns["label"] = _decimal(examples.labels[start:stop])  # type: ignore[index]
-            for j in range(raw.shape[1]):
-                columns[f"int_{j}"] = _decimal(raw[start:stop, j], raw_missing[start:stop, j])
-            for f, rows in enumerate(table_sizes):
-                ids = examples.ids[start:stop, f]
-                columns[f"cat_{f}"] = format_hex(encode_keys(ids, f, rows, True, seed), ids == 0)
-            yield pa.table(columns)
+        for block in blocks:
+            raw, raw_missing = _require_raw(block)
+            if with_label and block.labels is None:
+                raise ValueError("with_label=True needs labelled examples")
+            for start in range(0, len(block), WRITE_CHUNK_ROWS):
+                stop = min(start + WRITE_CHUNK_ROWS, len(block))
+                columns: dict[str, pa.Array] = {}
+                if with_label:
+                    columns["label"] = _decimal(block.labels[start:stop])  # type: ignore[index]
+                for j in range(raw.shape[1]):
+                    columns[f"int_{j}"] = _decimal(raw[start:stop, j], raw_missing[start:stop, j])
+                for f, rows in enumerate(table_sizes):
+                    ids = block.ids[start:stop, f]
+                    columns[f"cat_{f}"] = format_hex(encode_keys(ids, f, rows, True, seed), ids == 0)
+                yield pa.table(columns)
 
     _write_chunks(path, chunks(), "\t", header=False)
 

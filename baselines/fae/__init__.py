@@ -9,20 +9,17 @@ plugin, entry point ``fae``) run them as processes.
 
 from baselines.fae.hotset import HotSet, choose_hot_rows, sample_access_counts
 from baselines.fae.layout import (
-    Examples,
     FaeLayout,
     FaeSettings,
     FaeSource,
     build_layout,
     cached_layout,
-    load_examples,
 )
 from baselines.fae.scheduler import ShuffleScheduler
 from baselines.fae.system import FAE
 
 __all__ = [
     "FAE",
-    "Examples",
     "FaeLayout",
     "FaeSettings",
     "FaeSource",
@@ -31,6 +28,5 @@ __all__ = [
     "build_layout",
     "cached_layout",
     "choose_hot_rows",
-    "load_examples",
     "sample_access_counts",
 ]

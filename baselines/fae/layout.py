@@ -6,6 +6,12 @@ entirely on the trainers' replicas of the hot rows. The plan (hot rows, hot/cold
 cached in a file keyed by a hash of the data and the settings, as FAE stores its "FAE format" once
 per data set.
 
+The offline pass streams the original source twice, reading only its id columns
+(``BatchSource.ids``): once for the access counts of a uniform sample of the examples, once to
+classify every example. What it keeps is the counts (one per table row) and an index of the hot
+and the cold examples (their positions in the original stream), never a copy of the data; the
+re-packed source reads each batch's examples back from the original source.
+
 Layout of the re-packed source::
 
     examples (original order)   e0 e1 e2 e3 e4 e5 e6 e7      hot: e0 e2 e3 e5 e6 e7
@@ -20,19 +26,21 @@ import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
+import numpy as np
 import torch
 
-from bagpipe.core.batch import Batch, DatasetSchema, batch_from_arrays, ids_matrix
+from bagpipe.core.batch import Batch, DatasetSchema, batch_from_arrays, ids_matrix, slice_bounds
 from bagpipe.core.source import BatchSource
-from baselines.fae.hotset import THRESHOLD_MODES, HotSet, choose_hot_rows, sample_access_counts
+from baselines.fae.hotset import THRESHOLD_MODES, HotSet, choose_hot_rows
 from baselines.fae.scheduler import COLD, HOT, SCHEDULERS, ShuffleScheduler
 
 __all__ = [
-    "Examples",
     "FaeLayout",
     "FaeSettings",
     "FaeSource",
@@ -40,7 +48,6 @@ __all__ = [
     "cached_layout",
     "chunk",
     "layout_key",
-    "load_examples",
 ]
 
 LAYOUT_FORMAT_VERSION = 1
@@ -76,29 +83,6 @@ class FaeSettings:
             raise ValueError(f"fae.initial_rate must be in [1, 100], got {self.initial_rate}")
         if self.hot_budget_bytes < 0:
             raise ValueError(f"fae.hot_budget_bytes must be >= 0, got {self.hot_budget_bytes}")
-
-
-@dataclass
-class Examples:
-    """Every training example, materialised: ``dense [N, D]``, ``ids [N, F]``, ``labels [N]``."""
-
-    dense: torch.Tensor
-    ids: torch.Tensor
-    labels: torch.Tensor
-
-    def batch(self, index: torch.Tensor, keys: tuple[str, ...]) -> Batch:
-        return batch_from_arrays(self.dense[index], self.ids[index], self.labels[index], keys)
-
-
-def load_examples(source: BatchSource) -> Examples:
-    """Read the whole source once (FAE needs a pre-pass over the data set)."""
-    dense, ids, labels = [], [], []
-    for index in range(len(source)):
-        batch = source[index]
-        dense.append(batch.dense_features)
-        ids.append(ids_matrix(batch))
-        labels.append(batch.labels)
-    return Examples(torch.cat(dense), torch.cat(ids), torch.cat(labels))
 
 
 @dataclass
@@ -141,15 +125,54 @@ class FaeLayout:
         )
 
 
+_COUNT_FLUSH_IDS = 1 << 22  # sampled ids gathered before one bincount
+_KEY_BATCHES = 16  # batches hashed into the layout's key
+
+
+def _sample_positions(num_examples: int, sample_rate: float, seed: int,
+                      batch_size: int) -> Iterator[tuple[int, np.ndarray]]:
+    """A uniform sample of ``ceil(sample_rate * N)`` of ``N`` examples, batch by batch:
+    ``(batch index, sampled offsets in it)``. Each batch's share is a hypergeometric draw given
+    what is left (selection sampling), so memory is one batch's offsets, not a permutation of N."""
+    rng = np.random.default_rng([seed, 31])
+    left, wanted = num_examples, max(1, int(np.ceil(sample_rate * num_examples)))
+    for index in range(num_examples // batch_size):
+        take = int(rng.hypergeometric(wanted, left - wanted, batch_size)) if wanted < left \
+            else batch_size
+        yield index, np.sort(rng.choice(batch_size, take, replace=False))
+        left, wanted = left - batch_size, wanted - take
+
+
+def sample_counts(source: BatchSource, total_rows: int, offsets: torch.Tensor,
+                  sample_rate: float, seed: int) -> tuple[torch.Tensor, int]:
+    """Access counts per global row over a uniform ``sample_rate`` sample of the source's
+    examples, read batch by batch (ids only): ``(counts [total_rows], sampled examples)``."""
+    counts = torch.zeros(total_rows, dtype=torch.int64)
+    pending: list[torch.Tensor] = []
+    held = sampled = 0
+    num_examples = len(source) * source.batch_size
+    for index, picks in _sample_positions(num_examples, sample_rate, seed, source.batch_size):
+        if picks.size:
+            pending.append((source.ids(index)[torch.from_numpy(picks)] + offsets).reshape(-1))
+            held, sampled = held + pending[-1].numel(), sampled + picks.size
+        if held >= _COUNT_FLUSH_IDS:
+            counts += torch.bincount(torch.cat(pending), minlength=total_rows)
+            pending, held = [], 0
+    if pending:
+        counts += torch.bincount(torch.cat(pending), minlength=total_rows)
+    return counts, sampled
+
+
 def build_layout(
-    examples: Examples, schema: DatasetSchema, table_dim: int, settings: FaeSettings
+    source: BatchSource, schema: DatasetSchema, table_dim: int, settings: FaeSettings
 ) -> FaeLayout:
-    """Profile a sample, choose the hot rows, classify every example (vectorised)."""
+    """Profile a sample, choose the hot rows, classify every example: two streaming passes over
+    the source's ids (module docstring)."""
     start = time.perf_counter()
-    global_ids = examples.ids + schema.table_offsets
-    counts, sampled = sample_access_counts(
-        global_ids, schema.total_rows, settings.sample_rate, settings.seed
-    )
+    offsets = schema.table_offsets
+    counts, sampled = sample_counts(source, schema.total_rows, offsets, settings.sample_rate,
+                                    settings.seed)
+    num_examples = len(source) * source.batch_size
     hot = choose_hot_rows(
         counts,
         schema.table_sizes,
@@ -157,10 +180,10 @@ def build_layout(
         settings.hot_budget_bytes,
         mode=settings.threshold_mode,
         sample_rate=settings.sample_rate,
-        accesses_per_table=[len(examples.ids)] * schema.num_tables,  # one-hot: T_z = N
+        accesses_per_table=[num_examples] * schema.num_tables,  # one-hot: T_z = N
         min_table_bytes=settings.min_table_bytes,
     )
-    hot_input = hot.is_hot[global_ids].all(dim=1)
+    hot_input = torch.cat([hot.is_hot[source.ids(i) + offsets].all(dim=1) for i in range(len(source))])
     return FaeLayout(
         hot=hot,
         hot_examples=torch.nonzero(hot_input).flatten(),
@@ -171,23 +194,27 @@ def build_layout(
 
 
 def layout_key(
-    examples: Examples, schema: DatasetSchema, table_dim: int, settings: FaeSettings
+    source: BatchSource, schema: DatasetSchema, table_dim: int, settings: FaeSettings
 ) -> str:
-    """A hash of the data's ids and everything that shapes the layout (the cache file's name)."""
+    """A hash of everything that shapes the layout (the cache file's name): the settings, the
+    source's length and batch size, and the ids of ``_KEY_BATCHES`` batches spread over it (first
+    and last included; hashing every id would read the whole data set again)."""
     digest = hashlib.sha256()
     meta = {
         "format": LAYOUT_FORMAT_VERSION,
         "schema": [schema.name, list(schema.table_sizes)],
         "table_dim": table_dim,
         "settings": dataclasses.asdict(settings),
+        "batches": [len(source), source.batch_size],
     }
     digest.update(json.dumps(meta, sort_keys=True).encode())
-    digest.update(examples.ids.contiguous().numpy().tobytes())
+    for index in sorted({(len(source) - 1) * k // (_KEY_BATCHES - 1) for k in range(_KEY_BATCHES)}):
+        digest.update(source.ids(index).contiguous().numpy().tobytes())
     return digest.hexdigest()[:24]
 
 
 def cached_layout(
-    examples: Examples,
+    source: BatchSource,
     schema: DatasetSchema,
     table_dim: int,
     settings: FaeSettings,
@@ -197,10 +224,10 @@ def cached_layout(
 
     Returns ``(layout, from_cache)``.
     """
-    path = cache_dir / f"fae-layout-{layout_key(examples, schema, table_dim, settings)}.pt"
+    path = cache_dir / f"fae-layout-{layout_key(source, schema, table_dim, settings)}.pt"
     if path.exists():
         return FaeLayout.from_dict(torch.load(path, weights_only=False)), True
-    layout = build_layout(examples, schema, table_dim, settings)
+    layout = build_layout(source, schema, table_dim, settings)
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     torch.save(layout.to_dict(), tmp)
@@ -216,18 +243,25 @@ def chunk(examples: torch.Tensor, batch_size: int, drop_last: bool) -> list[torc
     return batches
 
 
+_T = TypeVar("_T")
+_CACHED_BATCHES = 8  # original batches kept: a re-packed batch spans about B / (its kind's share)
+
+
 class FaeSource:
     """The re-packed data set: all-hot and all-cold mini-batches in the scheduler's order.
 
-    Random access is deterministic for steps already decided; a step is decided when first asked
-    for, with the scheduler's rate at that moment (the adaptive scheduler reacts to evaluations).
-    With ``settings.repack`` off, the original batches run in their original order (no scheduler):
-    the mode the equivalence tests use.
+    A batch's examples are read back from the original source (``source[i]`` for a batch,
+    ``source.ids(i)`` for its ids), only the original batches that hold them, the last few kept,
+    so memory is a few batches whatever the data set's size. Random access is deterministic for
+    steps already decided; a step is decided when first asked for, with the scheduler's rate at
+    that moment (the adaptive scheduler reacts to evaluations). With ``settings.repack`` off, the
+    original batches run in their original order (no scheduler): the mode the equivalence tests
+    use.
     """
 
     def __init__(
         self,
-        examples: Examples,
+        source: BatchSource,
         schema: DatasetSchema,
         batch_size: int,
         layout: FaeLayout,
@@ -237,10 +271,12 @@ class FaeSource:
         self.schema = schema
         self.batch_size = batch_size
         self.layout = layout
-        self._examples = examples
-        self._keys = schema.feature_names
+        self._source = source
         self._order: list[torch.Tensor] = []
+        self._batch_cache: OrderedDict[int, Batch] = OrderedDict()
+        self._ids_cache: OrderedDict[int, torch.Tensor] = OrderedDict()
         self.scheduler: ShuffleScheduler | None = None
+        self._num_original = len(source)
         if settings.repack:
             self._batches = {
                 HOT: chunk(layout.hot_examples, batch_size, settings.drop_last),
@@ -255,26 +291,62 @@ class FaeSource:
             )
             per_epoch = self.scheduler.num_hot + self.scheduler.num_cold
         else:
-            self._order = chunk(torch.arange(len(examples.ids)), batch_size, drop_last=True)
-            per_epoch = len(self._order)
+            per_epoch = len(source) * source.batch_size // batch_size
         self._length = epochs * per_epoch
 
     def __len__(self) -> int:
         return self._length
 
     def example_indices(self, index: int) -> torch.Tensor:
-        """Indices (into the materialised examples) of the inputs of batch ``index``."""
+        """Positions (in the original source's stream) of the inputs of batch ``index``."""
         if not 0 <= index < self._length:
             raise IndexError(f"FAE source has {self._length} batches, asked for {index}")
         if self.scheduler is None:
-            return self._order[index % len(self._order)]
+            first = (index * self.batch_size) % (self._num_original * self._source.batch_size)
+            return torch.arange(first, first + self.batch_size)
         while len(self._order) <= index:
             kind, position = self.scheduler.next_batch()
             self._order.append(self._batches[kind][position])
         return self._order[index]
 
     def __getitem__(self, index: int) -> Batch:
-        return self._examples.batch(self.example_indices(index), self._keys)
+        return self._read(self.example_indices(index))
 
     def __iter__(self) -> Iterator[Batch]:
         return (self[i] for i in range(len(self)))
+
+    def slice(self, index: int, part: int, parts: int) -> Batch:
+        """``split_batch(self[index], parts)[part]``, reading only the original batches that hold
+        that slice's examples."""
+        return self._read(self.example_indices(index)[slice(*slice_bounds(self.batch_size, part, parts))])
+
+    def ids(self, index: int) -> torch.Tensor:
+        """The ``[B, F]`` ids of batch ``index``, from the original source's ids alone."""
+        pieces = _pieces(self.example_indices(index), self._source.batch_size, self._ids_cache,
+                         self._source.ids)
+        return torch.cat([ids[rows] for ids, rows in pieces])
+
+    def _read(self, positions: torch.Tensor) -> Batch:
+        pieces = _pieces(positions, self._source.batch_size, self._batch_cache,
+                         self._source.__getitem__)
+        return batch_from_arrays(
+            torch.cat([b.dense_features[rows] for b, rows in pieces]),
+            torch.cat([ids_matrix(b)[rows] for b, rows in pieces]),
+            torch.cat([b.labels[rows] for b, rows in pieces]),
+            self.schema.feature_names,
+        )
+
+
+def _pieces(positions: torch.Tensor, batch_size: int, cache: OrderedDict[int, _T],
+            read: Callable[[int], _T]) -> list[tuple[_T, torch.Tensor]]:
+    """``(original batch, its rows)`` covering ascending ``positions`` in order; originals are
+    read through ``cache``, which keeps the last ``_CACHED_BATCHES``."""
+    originals = torch.div(positions, batch_size, rounding_mode="floor")
+    pieces = []
+    for original in torch.unique_consecutive(originals).tolist():
+        if original not in cache:
+            cache[original] = read(original)
+            while len(cache) > _CACHED_BATCHES:
+                cache.popitem(last=False)
+        pieces.append((cache[original], positions[originals == original] - original * batch_size))
+    return pieces

@@ -1,12 +1,13 @@
 """``fae``: the FAE plugin (driver side). Roles: ``S`` server shards, ``T`` trainers.
 
 ``prepare_dataset`` runs FAE's offline pass (profile a sample, choose the hot rows under the
-budget, classify and re-pack the inputs; cached per data and settings under ``ctx.workdir``) and
-returns the re-packed source, so the run records that FAE changes the sample order
-(``reorders_samples``). Each step's kind is decided from the batch itself (hot iff every lookup hits
-a hot row); when it differs from the previous step's, the driver has every trainer swap first.
-The shards are plain :class:`~bagpipe.paramserver.EmbeddingServer` shards; starting,
-driving and closing the roles is :class:`~bagpipe.paramserver.ParameterServerSystem`'s.
+budget, classify and re-pack the inputs, streaming the source's ids with bounded memory; cached per
+data and settings under ``ctx.workdir``) and returns the re-packed source, so the run records that
+FAE changes the sample order (``reorders_samples``). Each step's kind is decided from the batch
+itself (hot iff every lookup hits a hot row); when it differs from the previous step's, the driver
+has every trainer swap first. The shards are plain :class:`~bagpipe.paramserver.EmbeddingServer`
+shards; starting, driving and closing the roles is
+:class:`~bagpipe.paramserver.ParameterServerSystem`'s.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from bagpipe.core.meter import LinkKind
 from bagpipe.core.source import BatchSource
 from bagpipe.models import table_dim
 from bagpipe.paramserver import EmbeddingServer, ParameterServerSystem, gather_rows, split_tables
-from baselines.fae.layout import FaeLayout, FaeSettings, FaeSource, cached_layout, load_examples
+from baselines.fae.layout import FaeLayout, FaeSettings, FaeSource, cached_layout
 from baselines.fae.roles import FaeTrainer
 from baselines.fae.scheduler import COLD, HOT
 
@@ -96,17 +97,16 @@ class FAE(ParameterServerSystem):
     def prepare_dataset(self, source: BatchSource) -> BatchSource:
         """FAE's offline pass; returns the re-packed source and hands the hot set to the trainers."""
         ctx, _ = self._require_setup()
-        examples = load_examples(source)
         cache_dir = self.cache_dir or Path(ctx.workdir) / "fae_cache"
         dim = table_dim(ctx.model)
         if self.hot_budget_fraction is not None:  # the shared budget: rows at this table width
             rows = cache_budget_rows(ctx.schema, self.hot_budget_fraction)
             self.settings = replace(self.settings, hot_budget_bytes=rows * dim * 4)
         layout, self._layout_from_cache = cached_layout(
-            examples, ctx.schema, dim, self.settings, cache_dir
+            source, ctx.schema, dim, self.settings, cache_dir
         )
         self._source = FaeSource(
-            examples, ctx.schema, source.batch_size, layout, self.settings, self.epochs
+            source, ctx.schema, source.batch_size, layout, self.settings, self.epochs
         )
         hot_ids = layout.hot.rows
         self._wait([t.rpc_async().set_hot_rows(hot_ids) for t in self._trainers])

@@ -5,19 +5,21 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-from bagpipe.core.batch import DatasetSchema, batch_from_arrays, ids_matrix
+from bagpipe.core.batch import DatasetSchema, ids_matrix, split_batch
+from bagpipe.data import ArraySource
+from bagpipe.data.examples import Examples
 from baselines.fae.hotset import choose_hot_rows, sample_access_counts
 from baselines.fae.layout import (
-    Examples,
     FaeSettings,
     FaeSource,
     build_layout,
     cached_layout,
     chunk,
-    load_examples,
+    sample_counts,
 )
 from baselines.fae.scheduler import ShuffleScheduler
 
@@ -154,9 +156,12 @@ def test_unknown_mode_is_a_clear_error() -> None:
 SCHEMA = DatasetSchema("tiny", num_dense=1, table_sizes=(4, 3), feature_names=("a", "b"))
 
 
-def _examples() -> Examples:
-    ids = torch.tensor([[0, 0], [1, 0], [0, 1], [2, 2], [0, 0], [3, 0], [0, 0], [1, 1]])
-    return Examples(torch.arange(8.0).view(8, 1), ids, torch.arange(8.0) % 2)
+def _source(batch_size: int = 4) -> ArraySource:
+    """Eight examples: ids as below, dense value = position, label = position % 2."""
+    ids = np.array([[0, 0], [1, 0], [0, 1], [2, 2], [0, 0], [3, 0], [0, 0], [1, 1]])
+    examples = Examples((np.arange(8) % 2).astype(np.int8),
+                        np.arange(8, dtype=np.float32).reshape(8, 1), ids)
+    return ArraySource(examples, SCHEMA, batch_size)
 
 
 def test_classification_marks_an_input_hot_only_if_all_lookups_are_hot() -> None:
@@ -167,7 +172,7 @@ def test_classification_marks_an_input_hot_only_if_all_lookups_are_hot() -> None
         threshold_mode="code",
         min_table_bytes=0,
     )
-    layout = build_layout(_examples(), SCHEMA, 4, settings)
+    layout = build_layout(_source(), SCHEMA, 4, settings)
     assert layout.hot.rows.tolist() == [0, 1, 4]
     assert layout.hot_examples.tolist() == [0, 1, 4, 6]
     assert layout.cold_examples.tolist() == [2, 3, 5, 7]
@@ -182,9 +187,9 @@ def test_repacked_source_runs_pure_batches_in_fixed_schedule_order() -> None:
         min_table_bytes=0,
         scheduler="fixed",
     )
-    examples = _examples()
-    layout = build_layout(examples, SCHEMA, 4, settings)
-    source = FaeSource(examples, SCHEMA, batch_size=2, layout=layout, settings=settings)
+    original = _source()
+    layout = build_layout(original, SCHEMA, 4, settings)
+    source = FaeSource(original, SCHEMA, batch_size=2, layout=layout, settings=settings)
     assert len(source) == 4
     order = [source.example_indices(i).tolist() for i in range(4)]
     assert order == [[2, 3], [5, 7], [0, 1], [4, 6]]  # all cold, then all hot
@@ -197,14 +202,15 @@ def test_repacked_source_runs_pure_batches_in_fixed_schedule_order() -> None:
 
 def test_source_without_repacking_keeps_original_batches() -> None:
     settings = FaeSettings(sample_rate=1.0, repack=False, min_table_bytes=0, hot_budget_bytes=16)
-    examples = _examples()
-    source = FaeSource(examples, SCHEMA, 2, build_layout(examples, SCHEMA, 4, settings), settings)
+    original = _source(2)
+    source = FaeSource(original, SCHEMA, 2, build_layout(original, SCHEMA, 4, settings), settings)
     assert [source.example_indices(i).tolist() for i in range(len(source))] == [
         [0, 1],
         [2, 3],
         [4, 5],
         [6, 7],
     ]
+    assert torch.equal(source[3].dense_features, original[3].dense_features)
 
 
 def test_chunk_drops_partial_batch_only_when_asked() -> None:
@@ -309,37 +315,49 @@ def test_adaptive_rate_floor_cap_and_ties() -> None:
 
 def test_layout_is_cached_per_data_and_settings(tmp_path: Path) -> None:
     settings = FaeSettings(sample_rate=1.0, min_table_bytes=0, hot_budget_bytes=48)
-    first, cached = cached_layout(_examples(), SCHEMA, 4, settings, tmp_path)
+    first, cached = cached_layout(_source(), SCHEMA, 4, settings, tmp_path)
     assert not cached
-    again, cached = cached_layout(_examples(), SCHEMA, 4, settings, tmp_path)
+    again, cached = cached_layout(_source(), SCHEMA, 4, settings, tmp_path)
     assert cached and torch.equal(again.hot.is_hot, first.hot.is_hot)
     assert torch.equal(again.cold_examples, first.cold_examples)
     other = FaeSettings(sample_rate=1.0, min_table_bytes=0, hot_budget_bytes=32)
-    _, cached = cached_layout(_examples(), SCHEMA, 4, other, tmp_path)
+    _, cached = cached_layout(_source(), SCHEMA, 4, other, tmp_path)
     assert not cached and len(list(tmp_path.glob("fae-layout-*.pt"))) == 2
 
 
-def test_load_examples_reads_every_batch_in_order() -> None:
-    examples = _examples()
-    batches = [
-        batch_from_arrays(
-            examples.dense[i : i + 4],
-            examples.ids[i : i + 4],
-            examples.labels[i : i + 4],
-            SCHEMA.feature_names,
-        )
-        for i in (0, 4)
-    ]
+def test_sampled_counts_are_a_uniform_sample_of_the_stream() -> None:
+    source = _source(2)
+    offsets = SCHEMA.table_offsets
+    full, sampled = sample_counts(source, SCHEMA.total_rows, offsets, 1.0, seed=0)
+    assert sampled == 8 and full.tolist() == [4, 2, 1, 1, 5, 2, 1]
+    half, sampled = sample_counts(source, SCHEMA.total_rows, offsets, 0.5, seed=3)
+    assert sampled == 4 and int(half.sum()) == 8 and bool((half <= full).all())
+    again, _ = sample_counts(source, SCHEMA.total_rows, offsets, 0.5, seed=3)
+    assert torch.equal(again, half)
 
-    class ListSource:
-        schema = SCHEMA
-        batch_size = 4
 
-        def __len__(self) -> int:
-            return 2
+def test_repacked_source_reads_slices_and_ids_from_the_original() -> None:
+    settings = FaeSettings(sample_rate=1.0, hot_budget_bytes=3 * ROW_BYTES_DIM4,
+                           threshold_mode="code", min_table_bytes=0, scheduler="fixed")
+    original = _source(2)
+    reads: list[int] = []
 
-        def __getitem__(self, index: int):
-            return batches[index]
+    class Counting(ArraySource):
+        def __getitem__(self, index: int):  # type: ignore[no-untyped-def]
+            reads.append(index)
+            return super().__getitem__(index)
 
-    loaded = load_examples(ListSource())  # type: ignore[arg-type]
-    assert torch.equal(loaded.ids, examples.ids) and torch.equal(loaded.dense, examples.dense)
+    counted = Counting(original.store, SCHEMA, 2)
+    source = FaeSource(counted, SCHEMA, 4, build_layout(original, SCHEMA, 4, settings), settings)
+    for index in range(len(source)):
+        whole = source[index]
+        for part in range(2):
+            reads.clear()
+            piece = source.slice(index, part, 2)
+            want = split_batch(whole, 2)[part]
+            assert torch.equal(ids_matrix(piece), ids_matrix(want))
+            assert torch.equal(piece.dense_features, want.dense_features)
+            assert torch.equal(piece.labels, want.labels)
+            positions = source.example_indices(index)[2 * part: 2 * part + 2]
+            assert set(reads) <= set((positions // 2).tolist())  # only originals holding it
+        assert torch.equal(source.ids(index), ids_matrix(whole))

@@ -77,7 +77,9 @@ def test_the_bottleneck_gives_its_leftover_to_the_other_flow() -> None:
     nics = _nics(b=RATE / 4)
     _, (to_b, to_c) = _concurrently(lambda: nics.transfer("a", [("b", MB / 4)]),
                                     lambda: nics.transfer("a", [("c", 3 * MB / 4)]))
-    assert ONE_S <= to_b < 1.3 * ONE_S and ONE_S <= to_c < 1.3 * ONE_S
+    # (the two threads start a moment apart on a busy host; whichever starts first has the NIC to
+    # itself that long, so it may finish a little early: alone, a -> c would take 3/4 of ONE_S)
+    assert 0.95 * ONE_S <= to_b < 1.3 * ONE_S and 0.95 * ONE_S <= to_c < 1.3 * ONE_S
 
 
 def _send_from(nics: SharedNics, src: str, ready: Any, out: multiprocessing.Queue) -> None:

@@ -9,6 +9,7 @@ import numpy as np
 
 from bagpipe.data import (
     DatasetConfig,
+    FileDataset,
     SyntheticGenerator,
     iter_avazu_csv,
     iter_criteo_tsv,
@@ -23,6 +24,12 @@ from bagpipe.data.writers import avazu_hours, avazu_ids
 
 def _gen_rows(gen: SyntheticGenerator, n: int) -> Examples:
     return gen.examples("train", 0, n)
+
+
+def _prepared(ds: object) -> Examples:
+    """Every prepared row of a file dataset, in file order."""
+    assert isinstance(ds, FileDataset)
+    return ds.shards.take(slice(None))
 
 
 def _assert_same(read: Examples, written: Examples) -> None:
@@ -72,9 +79,9 @@ def test_criteo_dataset_hash_mod_recovers_generator_ids(tmp_path: Path, kaggle_g
     write_criteo_tsv(path, rows, kaggle_gen.table_sizes)
     ds = make_dataset(DatasetConfig(kind="criteo_tsv", path=path, scale=0.001))
     assert ds.schema.table_sizes == kaggle_gen.table_sizes
-    _assert_same(ds.examples, rows)
+    _assert_same(_prepared(ds), rows)
     # last 1/7 is eval, in file order
-    assert len(ds.eval_examples) == 200 and len(ds.train_examples) == 1200
+    assert len(ds.eval(100)) == 2 and len(ds.train(100)) == 12
     batch = ds.eval(100)[0]
     np.testing.assert_array_equal(batch.labels.numpy(), rows.labels[1200:1300])
 
@@ -94,7 +101,7 @@ def test_vocab_mapping_is_a_bijection_of_generator_ids(tmp_path: Path, kaggle_ge
     path = str(tmp_path / "train.txt")
     write_criteo_tsv(path, rows, kaggle_gen.table_sizes)
     ds = make_dataset(DatasetConfig(kind="criteo_tsv", path=path, mapping="vocab"))
-    read = ds.examples.ids
+    read = _prepared(ds).ids
     for f in range(26):
         pairs = np.unique(np.stack([rows.ids[:, f], read[:, f]], 1), axis=0)
         distinct = np.unique(rows.ids[:, f])
@@ -119,7 +126,7 @@ def test_avazu_roundtrip(tmp_path: Path, avazu_gen: SyntheticGenerator) -> None:
     assert hours[-1] == 14103023  # 240 hours: Oct 21 00h .. Oct 30 23h
     ds = make_dataset(DatasetConfig(kind="avazu_csv", preset="avazu", path=path))
     assert ds.schema.num_dense == 0 and ds.schema.num_tables == 21
-    _assert_same(ds.examples, rows)
+    _assert_same(_prepared(ds), rows)
 
 
 def test_avazu_test_file_has_no_click(tmp_path: Path, avazu_gen: SyntheticGenerator) -> None:
@@ -135,7 +142,7 @@ def test_jsonl_roundtrip(tmp_path: Path, kaggle_gen: SyntheticGenerator) -> None
     path = str(tmp_path / "part_0.txt")
     write_jsonl(path, rows)
     ds = make_dataset(DatasetConfig(kind="jsonl", path=path))
-    _assert_same(ds.examples, rows)
+    _assert_same(_prepared(ds), rows)
 
 
 def test_terabyte_day_glob(tmp_path: Path) -> None:
@@ -146,4 +153,4 @@ def test_terabyte_day_glob(tmp_path: Path) -> None:
         write_criteo_tsv(str(tmp_path / f"day_{d}.gz"), rows, sizes)
     ds = make_dataset(DatasetConfig(kind="criteo_tsv", preset="criteo_terabyte", scale=1e-5,
                                     path=str(tmp_path / "day_*.gz")))
-    np.testing.assert_array_equal(ds.examples.ids, np.concatenate([r.ids for r in days]))
+    np.testing.assert_array_equal(_prepared(ds).ids, np.concatenate([r.ids for r in days]))

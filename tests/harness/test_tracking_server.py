@@ -75,7 +75,8 @@ def test_sweep_runs_are_children_of_one_parent_with_speedups(server: str, tmp_pa
     for child in children:
         tags = tags_of(child)
         assert (tags["system"], tags["model"], tags["suite"]) == ("local", "dlrm", "smoke")
-        assert tags["launcher"] == "inprocess" and "cluster" not in tags
+        assert tags["launcher"] == "inprocess"
+        assert (tags["cluster"], tags["dilation"]) == ("paper-8xV100", "1")  # the default topology
         params = {p["key"]: p["value"] for p in child["data"]["params"]}
         assert params["system"] == "local" and not any("_target_" in key for key in params)
         assert tags["sweep_id"] == "sweep" and tags["git_sha"] and tags["slurm_job_id"] == "none"

@@ -71,7 +71,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -221,14 +221,17 @@ class Deployment:
                 self._hosts = NamespaceHosts(self.network.emulated.hosts(self.roles))
                 self._hosts.start()
             init_method = f"tcp://{self._host}:{spawn.free_port(self._host)}"
-            self._children.start(
-                [
-                    self._role_args(role, rank, init_method)
-                    for rank, role in enumerate(self.roles, start=1)
-                ]
-            )
-            self._monitor.start(heartbeats=False)
-            self._init_driver_rpc(self._role_args(DRIVER, 0, init_method))
+
+            def start_roles() -> None:
+                self._children.start(
+                    [
+                        self._role_args(role, rank, init_method)
+                        for rank, role in enumerate(self.roles, start=1)
+                    ]
+                )
+                self._monitor.start(heartbeats=False)
+
+            self._init_driver_rpc(self._role_args(DRIVER, 0, init_method), start_roles)
         except BaseException:
             self.close()
             raise
@@ -237,8 +240,15 @@ class Deployment:
         self._init_driver_rpc(self._role_args(DRIVER, 0, _env_init_method()))
         self._monitor.start(heartbeats=True)  # no local children to poll
 
-    def _init_driver_rpc(self, args: spawn.RoleArgs) -> None:
-        """``init_rpc`` in a helper thread, so a role dying during start-up fails fast, no hang."""
+    def _init_driver_rpc(
+        self, args: spawn.RoleArgs, start_roles: Callable[[], None] | None = None
+    ) -> None:
+        """``init_rpc`` in a helper thread, so a role dying during start-up fails fast, no hang.
+
+        ``start_roles`` runs once that thread has begun: the driver's rendezvous store takes its
+        port before the roles take seconds to start, so another process on the machine has no
+        time to take the free port it was given (``EADDRINUSE``).
+        """
         torch.set_num_threads(max(1, torch.get_num_threads()))
         runtime.init(DRIVER, self.network, self._error_dir)
         spawn.reset_rpc_bookkeeping()
@@ -253,6 +263,8 @@ class Deployment:
 
         thread = threading.Thread(target=join, name="bagpipe-init-rpc", daemon=True)
         thread.start()
+        if start_roles is not None:
+            start_roles()
         while thread.is_alive():
             thread.join(POLL_S)
             self._monitor.raise_if_failed()

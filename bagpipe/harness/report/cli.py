@@ -4,6 +4,8 @@ Suites (bagpipe.md §5.3), each writing ``results/<suite>/`` and ``reports/<suit
 
 * ``fig7`` (E1): iteration time and speedup by system and model, from the latest ``multirun/fig7``
   sweep, an MLflow store (``--from-mlflow URI``) or a tidy CSV (``--csv``);
+* ``datasets`` (E2): iteration time and speedup by system on the three datasets, each dataset's
+  runs from its newest ``multirun/datasets`` sweep;
 * ``skew`` (E4, pure data): share of lookups against share of rows (``--file kind:path[:preset]``
   adds a real file);
 * ``breakdown`` (E3): where an iteration's time goes, per system;
@@ -26,7 +28,15 @@ from pathlib import Path
 
 from mlflow.exceptions import MlflowException
 
-from bagpipe.harness.report import breakdown, convergence, fig7, projection, sensitivity, skew
+from bagpipe.harness.report import (
+    breakdown,
+    convergence,
+    datasets,
+    fig7,
+    projection,
+    sensitivity,
+    skew,
+)
 from bagpipe.harness.report.loading import (
     RunsTable,
     UncleanResultsError,
@@ -62,6 +72,12 @@ def _fig7(args: argparse.Namespace) -> list[Path]:
         runs = table_from_sweep(_sweep(args), args.reference)
     fig7.report(runs, args.reference, _outputs(args), allow_unclean=args.allow_unclean)
     return [runs.sweep] if runs.sweep is not None else []
+
+
+def _datasets(args: argparse.Namespace) -> list[Path]:
+    records, used = datasets.newest_runs(args.multirun_root, args.sweep_dir)
+    datasets.report(records, used, args.reference, _outputs(args))
+    return used
 
 
 def _skew(args: argparse.Namespace) -> list[Path]:
@@ -119,6 +135,9 @@ def parser() -> argparse.ArgumentParser:
     swept = argparse.ArgumentParser(add_help=False, parents=[written])
     swept.add_argument("--sweep-dir", type=Path, help="default: the latest under --multirun-root")
     swept.add_argument("--multirun-root", type=Path, default=Path("multirun"))
+    compared = argparse.ArgumentParser(add_help=False)
+    compared.add_argument("--reference", default="sync_ps",
+                          help="system speedups are measured against")
 
     top = argparse.ArgumentParser(prog="python -m bagpipe.harness.report", description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -130,14 +149,15 @@ def parser() -> argparse.ArgumentParser:
         command.set_defaults(draw=draw)
         return command
 
-    headline = suite("fig7", _fig7, "E1: iteration time and speedup by system and model")
+    headline = suite("fig7", _fig7, "E1: iteration time and speedup by system and model",
+                     parents=(swept, compared))
     headline.add_argument("--csv", type=Path, help="re-render from a tidy CSV written earlier")
     headline.add_argument("--from-mlflow", metavar="TRACKING_URI", help="read runs from MLflow")
     headline.add_argument("--experiment", default="bagpipe-harness")
-    headline.add_argument("--reference", default="sync_ps",
-                          help="system speedups are measured against")
     headline.add_argument("--allow-unclean", action="store_true",
                           help="draw runs from several commits or a dirty tree, marked as a draft")
+    suite("datasets", _datasets, "E2: iteration time and speedup by system and dataset (each "
+          "dataset's newest sweep)", parents=(swept, compared))
     data = suite("skew", _skew, "E4: share of lookups against share of rows", parents=[written])
     data.add_argument("--scale", type=float, default=0.001, help="synthetic scale")
     data.add_argument("--samples", type=int, default=65536, help="examples per dataset")

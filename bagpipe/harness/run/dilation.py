@@ -11,7 +11,8 @@ latency by the same factor, and the ratio of compute to communication is the tar
 *Here* is measured: ``T`` processes (the sweep's trainer count, sharing these cores as its trainers
 will) each time the forward and backward pass of their slice of the global batch. *The target* is
 the topology's compute estimate for the same slice (:meth:`bagpipe.core.net.Compute.step_time_s`).
-One ``d`` holds per (sweep, model, trainers, batch), the same for every system: the first job that
+One ``d`` holds per (sweep, model, data shape, trainers, batch), the same for every system (the
+``datasets`` suite has one per dataset shape): the first job that
 needs it measures it and writes it into the sweep directory; every other job reads it. What
 dilation cannot slow is CPU work that the target runs on other machines (servers, the oracle):
 runs report it apart.
@@ -74,7 +75,9 @@ def calibrated(
     trainers = topology.trainers
     per_trainer = global_batch // trainers
     cache_dir.mkdir(parents=True, exist_ok=True)
-    path = cache_dir / f"{model.name}-t{trainers}-b{global_batch}.json"
+    # the dense part's size depends on the data's shape too (dense width, number of features)
+    shape = f"d{schema.num_dense}-f{len(schema.table_sizes)}"
+    path = cache_dir / f"{model.name}-{shape}-t{trainers}-b{global_batch}.json"
     with open(cache_dir / ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if path.exists():
