@@ -1,5 +1,5 @@
-"""Sessions: ``tests`` (default), ``lint``, ``bench``, ``reproduce``, ``reproduce_fig7``, ``smoke``,
-``mlflow_ui``.
+"""Sessions: ``tests`` (default), ``lint``, ``bench``, ``mutants``, ``reproduce``, ``reproduce_fig7``,
+``smoke``, ``mlflow_ui``.
 
 All sessions share one environment, ``.nox/harness``, built once by :func:`ensure_env` and rebuilt
 only when the install recipe or ``pyproject.toml`` changes. The torch stack is several GB; building it
@@ -80,7 +80,7 @@ def ensure_env(session: nox.Session) -> None:
     session.run(*pip, wanted, external=True)
     session.run(*pip, "--no-deps", TORCHREC, external=True)
     session.run(*pip, *TORCHREC_DEPS, external=True)
-    session.run(*pip, "-e", f"{ROOT}[test,lint]", external=True)
+    session.run(*pip, "-e", f"{ROOT}[test,lint,mutants]", external=True)
     STAMP.write_text(key)
 
 
@@ -110,6 +110,15 @@ def bench(session: nox.Session) -> None:
     """Throughput benchmarks (data generator and readers, oracle planning); prints a table."""
     ensure_env(session)
     run_in_env(session, env_bin("python"), "-m", "bagpipe.bench", *session.posargs)
+
+
+@nox.session(venv_backend="none", default=False)
+def mutants(session: nox.Session) -> None:
+    """Mutation testing of the core (about an hour on 2 cores, niced): writes
+    ``results/bench/mutants.csv`` and ``reports/mutants.md``; ``-- --quick`` mutates one module."""
+    ensure_env(session)
+    run_in_env(session, "nice", "-n", "19", env_bin("python"), "-m", "bagpipe.bench", "--only",
+               "mutants", *session.posargs)
 
 
 #: Every suite with a report (``python -m bagpipe.harness.report <suite>``): the Hydra sweeps it

@@ -7,3 +7,5 @@ any configuration columns. Ratios that matter are measured within one run, on on
 
 BENCHMARKS = ("data", "data_systems", "oracle", "systems", "fairness", "fault", "het_cache",
               "network")
+#: Run only when named (``--only``): mutation testing takes about an hour (``nox -s mutants``).
+ON_REQUEST = ("mutants",)

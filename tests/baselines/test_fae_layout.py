@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,32 @@ def test_sample_access_counts_full_sample_is_exact_bincount() -> None:
     assert counts.tolist() == [2, 1, 0, 2, 1] and sampled == 3
     counts, sampled = sample_access_counts(ids, total_rows=5, sample_rate=0.34, seed=0)
     assert sampled == 2 and int(counts.sum()) == 4
+
+
+def test_sample_access_counts_is_seeded_sizes_its_sample_and_checks_its_rate() -> None:
+    ids = torch.arange(20).view(10, 2)
+    torch.manual_seed(1)
+    first, sampled = sample_access_counts(ids, total_rows=30, sample_rate=0.3, seed=5)
+    torch.manual_seed(2)  # the global RNG plays no part: the sample follows ``seed`` only
+    again, _ = sample_access_counts(ids, total_rows=30, sample_rate=0.3, seed=5)
+    assert torch.equal(first, again) and sampled == 3 and len(first) == 30
+    assert any(not torch.equal(first, sample_access_counts(ids, 30, 0.3, seed)[0])
+               for seed in range(6, 10))
+    counts, sampled = sample_access_counts(ids, total_rows=30, sample_rate=0.01, seed=0)
+    assert sampled == 1 and int(counts.sum()) == 2  # at least one example, however small x
+    for rate in (0.0, 1.5):
+        with pytest.raises(ValueError, match=rf"^fae\.sample_rate must be in \(0, 1\], got {rate}$"):
+            sample_access_counts(ids, total_rows=30, sample_rate=rate, seed=0)
+
+
+def test_choose_hot_rows_defaults_are_the_papers() -> None:
+    """Paper mode, FAE's 5% sample, 60 bisection steps."""
+    kwargs = {"accesses_per_table": [200, 200], "min_table_bytes": 0}
+    default = choose_hot_rows(_counts(), [4, 4], 4, budget_bytes=3 * ROW_BYTES_DIM4, **kwargs)
+    spelled = choose_hot_rows(_counts(), [4, 4], 4, budget_bytes=3 * ROW_BYTES_DIM4,
+                              mode="paper", sample_rate=0.05, search_iterations=60, **kwargs)
+    assert default.mode == "paper" and default.rows.tolist() == spelled.rows.tolist()
+    assert default.threshold == spelled.threshold
 
 
 def _counts() -> torch.Tensor:
@@ -75,6 +102,50 @@ def test_small_tables_are_all_hot_and_use_budget_first() -> None:
     )
     assert hot.rows.tolist() == [0, 1, 2, 3, 4]  # table 0 whole, then the top-1 of table 1
     assert hot.bytes == 5 * ROW_BYTES_DIM4
+
+
+def test_a_table_exactly_at_the_bar_is_searched_and_a_spent_budget_ends_the_pick() -> None:
+    counts = torch.tensor([0, 0, 0, 9, 7, 0, 0, 0, 0, 0, 0, 1])
+    paper = {"mode": "paper", "accesses_per_table": [10, 10], "sample_rate": 1.0}
+    # table 0 is exactly 64 B: not under a 64 B bar, so it competes like table 1
+    hot = choose_hot_rows(counts, [4, 8], 4, budget_bytes=2 * ROW_BYTES_DIM4,
+                          min_table_bytes=64, **paper)
+    assert hot.rows.tolist() == [3, 4] and hot.threshold is not None
+    # table 0 under a 65 B bar takes the whole budget: no search, nothing else hot
+    hot = choose_hot_rows(counts, [4, 8], 4, budget_bytes=4 * ROW_BYTES_DIM4,
+                          min_table_bytes=65, **paper)
+    assert hot.rows.tolist() == [0, 1, 2, 3] and hot.threshold is None
+    assert (hot.mode, hot.row_bytes, hot.bytes) == ("paper", 16, 64)
+    # one byte left: the search runs and finds no row small enough to fit
+    hot = choose_hot_rows(counts, [4, 8], 4, budget_bytes=4 * ROW_BYTES_DIM4 + 1,
+                          min_table_bytes=65, **paper)
+    assert hot.rows.tolist() == [0, 1, 2, 3] and hot.threshold is not None
+
+
+def test_code_mode_breaks_ties_by_row_id_and_never_picks_an_unsampled_row() -> None:
+    counts = torch.zeros(600, dtype=torch.int64)
+    counts[100:600] = 1  # 500 rows tied at one access, after 100 never sampled
+    counts[50] = 5
+    hot = choose_hot_rows(counts, [600], 4, budget_bytes=40 * ROW_BYTES_DIM4, mode="code",
+                          min_table_bytes=0)
+    assert hot.rows.tolist() == [50, *range(100, 139)]
+    assert (hot.mode, hot.threshold, hot.row_bytes) == ("code", None, 16)
+
+
+def test_paper_mode_at_the_ends_of_its_search() -> None:
+    counts = torch.tensor([0, 0, 0, 0, 10, 4, 0, 1])  # row 4 takes every access of table 1
+    paper = {"mode": "paper", "accesses_per_table": [10, 10], "sample_rate": 1.0,
+             "min_table_bytes": 0}
+    # a budget for every sampled row: all of them, at the search's lowest t
+    hot = choose_hot_rows(counts, [4, 4], 4, budget_bytes=10 * ROW_BYTES_DIM4, **paper)
+    assert hot.rows.tolist() == [4, 5, 7] and hot.threshold == pytest.approx(1e-12)
+    assert (hot.mode, hot.row_bytes) == ("paper", 16)
+    # no room for one row, and one row is hot at t = 1: no t fits, none is hot
+    hot = choose_hot_rows(counts, [4, 4], 4, budget_bytes=ROW_BYTES_DIM4 - 1, **paper)
+    assert hot.rows.tolist() == [] and hot.threshold == math.inf
+    with pytest.raises(ValueError, match=r"^fae paper mode needs accesses_per_table \(T_z of Eq\. 1\)$"):
+        choose_hot_rows(counts, [4, 4], 4, budget_bytes=ROW_BYTES_DIM4, mode="paper",
+                        min_table_bytes=0)
 
 
 def test_unknown_mode_is_a_clear_error() -> None:
@@ -189,6 +260,57 @@ def test_adaptive_rate_halves_on_rise_and_doubles_after_four_falls() -> None:
     fixed.observe_loss(1.0)
     fixed.observe_loss(2.0)
     assert fixed.rate == 100
+
+
+def _kinds(scheduler: ShuffleScheduler, steps: int) -> str:
+    return "".join(scheduler.next_batch()[0][0] for _ in range(steps))  # "c" / "h"
+
+
+def test_scheduler_runs_are_a_share_of_each_kind_and_epochs_repeat() -> None:
+    # R(50) over 2 cold and 8 hot batches: runs of 1 cold and 4 hot
+    scheduler = ShuffleScheduler(num_hot=8, num_cold=2, initial_rate=50)
+    assert _kinds(scheduler, 20) == "chhhhchhhh" * 2
+    # R(25) over 4 cold and 8 hot batches: runs of 1 cold and 2 hot, to the end of both
+    assert _kinds(ShuffleScheduler(num_hot=8, num_cold=4, initial_rate=25), 12) == "chh" * 4
+    # R(100) over 202 cold batches: every cold batch before the hot one
+    assert _kinds(ShuffleScheduler(num_hot=1, num_cold=202, mode="fixed"), 203) == "c" * 202 + "h"
+    # only hot batches: it starts hot
+    assert _kinds(ShuffleScheduler(num_hot=1, num_cold=0), 3) == "hhh"
+
+
+def test_scheduler_settings_are_checked_at_their_bounds() -> None:
+    for rate in (1, 100):
+        assert ShuffleScheduler(num_hot=1, num_cold=1, initial_rate=rate).rate == rate
+    for rate in (0, 101):
+        with pytest.raises(ValueError, match=rf"^fae\.initial_rate must be in \[1, 100\], got {rate}$"):
+            ShuffleScheduler(num_hot=1, num_cold=1, initial_rate=rate)
+    with pytest.raises(ValueError, match=r"^fae\.scheduler: unknown 'random'; choose one of "):
+        ShuffleScheduler(num_hot=1, num_cold=1, mode="random")
+    with pytest.raises(ValueError, match=r"^fae: the re-packed data set has no full mini-batch$"):
+        ShuffleScheduler(num_hot=0, num_cold=0)
+
+
+def test_adaptive_rate_floor_cap_and_ties() -> None:
+    scheduler = ShuffleScheduler(num_hot=10, num_cold=10, initial_rate=25)
+    for loss in (0.9,) * 6:  # neither a rise nor a fall, however often
+        scheduler.observe_loss(loss)
+    assert scheduler.rate == 25
+    scheduler.observe_loss(1.0)
+    assert scheduler.rate == 12 and isinstance(scheduler.rate, int)  # halved, whole batches
+    for loss in (2.0, 3.0, 4.0, 5.0):
+        scheduler.observe_loss(loss)
+    assert scheduler.rate == 1  # 12 -> 6 -> 3 -> 1 -> 1: never below one batch
+    falling = ShuffleScheduler(num_hot=10, num_cold=10, initial_rate=16)
+    for loss in (0.9, 0.8, 0.7, 0.6):  # three falls from the start: not yet
+        falling.observe_loss(loss)
+    assert falling.rate == 16
+    for loss in (0.5, 0.4, 0.3, 0.2, 0.1):  # the fourth doubles; four more are needed again
+        falling.observe_loss(loss)
+    assert falling.rate_trace[-5:] == [32, 32, 32, 32, 64]
+    capped = ShuffleScheduler(num_hot=10, num_cold=10, initial_rate=64)
+    for loss in (0.9, 0.8, 0.7, 0.6, 0.5):
+        capped.observe_loss(loss)
+    assert capped.rate == 100  # doubled, capped at R(100)
 
 
 def test_layout_is_cached_per_data_and_settings(tmp_path: Path) -> None:

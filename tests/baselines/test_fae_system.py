@@ -27,9 +27,11 @@ def _context(model_name: str, tmp_path) -> TrainContext:
     return equivalence_context(SCHEMA, model_name, BATCH, BATCHES, seed=7, workdir=tmp_path)
 
 
-def _local_on(source, model_name: str, tmp_path) -> tuple[list[float], ModelState]:
+def _local_on(
+    source, model_name: str, tmp_path, schema: DatasetSchema = SCHEMA
+) -> tuple[list[float], ModelState]:
     local = LocalSystem()
-    local.setup(_context(model_name, tmp_path))
+    local.setup(equivalence_context(schema, model_name, BATCH, BATCHES, seed=7, workdir=tmp_path))
     losses = [local.train_step(step, source[step]).loss for step in range(len(source))]
     return losses, local.full_state()
 
@@ -100,3 +102,66 @@ def test_repacked_hot_and_cold_phases_equal_local_on_the_same_batches(tmp_path) 
     assert_states_close(got, want)
     assert stats["fae_hot_steps"] > 0 and stats["fae_cold_steps"] > 0
     assert stats["fae_swaps"] >= 2 and 0 < stats["fae_hot_input_share"] < 1
+
+
+#: One table over FAE's 1 MiB bar (70 000 rows of 4 floats), so the paper's threshold search runs
+#: on it; the two others stay under it and are hot entirely.
+LARGE = DatasetSchema(
+    name="fae-paper", num_dense=3, table_sizes=(30, 70_000, 8), feature_names=("a", "b", "c")
+)
+#: Rows of the large table the budget leaves room for: fewer than it has accessed rows, more than
+#: that less the small tables' rows (so their bytes must come out of the budget first).
+ROOM_IN_LARGE = 30
+
+
+def _paper_hot_rows(counts: torch.Tensor, room: int) -> set[int]:
+    """The paper's pick, counted here without FAE's search: every row at or above the lowest
+    access count whose rows (all of them, ties included) still fit ``room``."""
+    taken: set[int] = set()
+    for level in sorted(set(counts[counts > 0].tolist()), reverse=True):
+        at_or_above = set(torch.nonzero(counts >= level).flatten().tolist())
+        if len(at_or_above) > room:
+            break
+        taken = at_or_above
+    return taken
+
+
+def test_paper_mode_searches_the_threshold_on_a_large_table_and_trains_like_local(
+    tmp_path,
+) -> None:
+    model_name = "dlrm"
+    small_rows = LARGE.table_sizes[0] + LARGE.table_sizes[2]
+    fae = FAE(num_trainers=2, num_servers=2, sample_rate=1.0, threshold_mode="paper",
+              hot_budget_bytes=(small_rows + ROOM_IN_LARGE) * table_dim(TINY_MODEL) * 4,
+              initial_rate=50, drop_last=True)
+    ctx = equivalence_context(LARGE, model_name, BATCH, BATCHES, seed=7, workdir=tmp_path)
+    try:
+        fae.setup(ctx)
+        source = fae.prepare_dataset(ctx.source)
+        losses = [fae.train_step(step, source[step]).loss for step in range(len(source))]
+        got, stats = fae.full_state(), fae.stats()
+        hot = fae._require_layout().hot.rows
+    finally:
+        fae.close()
+    # sampling every example: the counts are exact, Eq. 1's T_z * x is the number of examples
+    offset, last = (int(o) for o in LARGE.table_offsets[1:])
+    large_ids = torch.cat([global_ids(batch, LARGE)[:, 1] for batch in ctx.source])
+    counts = torch.bincount(large_ids - offset, minlength=LARGE.table_sizes[1])
+    want_large = _paper_hot_rows(counts, ROOM_IN_LARGE)
+    assert 0 < len(want_large) < ROOM_IN_LARGE  # whole count levels: fewer rows than the room
+    assert int((counts > 0).sum()) in range(ROOM_IN_LARGE + 1, ROOM_IN_LARGE + small_rows + 1)
+    want = set(range(offset)) | {offset + row for row in want_large} | set(
+        range(last, LARGE.total_rows))
+    assert set(hot.tolist()) == want
+    assert stats["fae_threshold_mode"] == "paper"
+    # Eq. 1 with x = 1: hot when count >= t * N; t sits between the coldest hot and hottest cold
+    cold = torch.ones_like(counts, dtype=torch.bool)
+    cold[sorted(want_large)] = False
+    hottest_cold, coldest_hot = int(counts[cold].max()), int(counts[~cold].min())
+    assert hottest_cold / len(large_ids) < stats["fae_threshold"] <= coldest_hot / len(large_ids)
+    assert list(stats["fae_hot_rows_per_table"].values()) == [30, len(want_large), 8]
+
+    want_losses, want_state = _local_on(source, model_name, tmp_path, LARGE)
+    assert losses == pytest.approx(want_losses, rel=1e-5, abs=1e-6)
+    assert_states_close(got, want_state)
+    assert stats["fae_hot_steps"] > 0 and stats["fae_cold_steps"] > 0

@@ -91,6 +91,41 @@ def test_table_capacities_follow_het_rows_div_10() -> None:
         table_capacities([10], fraction=1.5)
 
 
+def test_table_capacities_at_their_bounds() -> None:
+    assert table_capacities([100, 9], rows_per_table=0) == [0, 0]  # no cache: every key uncached
+    assert table_capacities([100, 9], fraction=0.0) == [0, 0]
+    assert table_capacities([100, 9], fraction=1.0) == [100, 9]  # every row cached
+    with pytest.raises(ValueError, match=r"^het\.cache_rows_per_table must be >= 0, got -1$"):
+        table_capacities([10], rows_per_table=-1)
+    with pytest.raises(ValueError, match=r"^het\.cache_fraction must be in \[0, 1\], got None$"):
+        table_capacities([10])
+
+
+def test_a_push_split_by_shard_keeps_keys_deltas_and_counts_together() -> None:
+    push = PushBatch(torch.tensor([3, 8, 5]), torch.arange(6.0).view(3, 2), torch.tensor([1, 2, 3]))
+    part = push.part(torch.tensor([2, 0]))
+    assert part.keys.tolist() == [5, 3] and part.counts.tolist() == [3, 1]
+    assert part.deltas.tolist() == [[4.0, 5.0], [0.0, 1.0]]
+
+
+def test_an_empty_push_and_a_request_without_keys() -> None:
+    empty = PushBatch.concat([], dim=3)
+    assert empty.keys.dtype == torch.int64 and empty.keys.shape == (0,)
+    assert empty.deltas.shape == (0, 3) and empty.rows_by_trigger == {}
+    assert empty.counts.dtype == torch.int64 and empty.counts.shape == (0,)
+    request = PullRequest(torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=torch.int64),
+                          torch.empty(0, 3), torch.empty(0, dtype=torch.int64))
+    request.absorb(PushBatch(torch.tensor([4]), torch.ones(1, 3), torch.tensor([1])))
+    assert request.pushed_delta.shape == (0, 3)
+
+
+def test_key_of_slot_marks_empty_lines() -> None:
+    cache = HetCache([4, 3], [2, 2], dim=2, bound=0, policy="lru")
+    _read(cache, VersionedRows(torch.zeros(7, 2)), [1, 5])
+    lines = cache.key_of_slot()
+    assert lines.dtype == torch.int64 and sorted(lines.tolist()) == [-1, -1, 1, 5]
+
+
 # -- server rule -------------------------------------------------------------------------------
 
 
@@ -156,6 +191,18 @@ def test_push_after_more_than_bound_updates_and_versions_advance() -> None:
     slot = int(cache.slot_of[0])
     assert cache.version[slot] == 3 and cache.updates[slot] == 0
     assert cache.values[slot].tolist() == [-3.0, -3.0]
+
+
+def test_a_pushed_line_starts_again_from_no_pending_delta() -> None:
+    store = VersionedRows(torch.zeros(4, 2))
+    cache = HetCache([4], [4], dim=2, bound=0, policy="lru")
+    assert HetCache([4], [4], dim=2, bound=0).policies[0].name == "lfuopt"  # HET's default
+    _read(cache, store, [1])
+    assert _write(cache, store, [1], -1.0).deltas.tolist() == [[-1.0, -1.0]]
+    assert _write(cache, store, [1], -2.0).deltas.tolist() == [[-2.0, -2.0]]
+    keys, deltas = cache.unpushed()
+    assert keys.tolist() == [] and deltas.shape == (0, 2)
+    assert store.weights[1].tolist() == [-3.0, -3.0]
 
 
 def test_read_refreshes_only_beyond_bound_and_keeps_pending_delta() -> None:
@@ -393,3 +440,16 @@ def test_vectorised_cache_matches_per_key_reference(name: str) -> None:
                 store.push(other, torch.ones(len(other), 2), torch.ones_like(other))
             _same_cache(*caches)
             keys = next_keys
+
+
+def test_cache_settings_and_a_short_server_reply_are_named_errors() -> None:
+    with pytest.raises(ValueError, match=r"^2 capacities for 3 tables$"):
+        HetCache([4, 3, 2], [2, 2], dim=2, bound=0)
+    with pytest.raises(ValueError, match=r"^het\.bound must be >= 0, got -1$"):
+        HetCache([4], [2], dim=2, bound=-1)
+    cache = HetCache([4], [2], dim=2, bound=0, policy="lru")
+    request = cache.request(torch.tensor([0, 1]))
+    short = PullReply(torch.tensor([0]), torch.zeros(1, 2), torch.tensor([0]))
+    with pytest.raises(RuntimeError,
+                       match=r"^het server did not return every row this worker does not cache$"):
+        cache.install(request, short)

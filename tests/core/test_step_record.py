@@ -52,3 +52,36 @@ def test_total_over_iterations() -> None:
         meter.add_traffic(LinkKind.ALLREDUCE, 100)
         meter.end_step()
     assert meter.total().bytes_sent == {"allreduce": 300}
+
+
+def test_sums_and_flat_export_by_value() -> None:
+    a = StepRecord(bytes_sent={"emb_pull": 10}, rows_sent={"emb_pull": 2}, phase_s={"forward": 0.5},
+                   cache_hits=3, cache_misses=1, counters={"rows_sync_now": 2.0})
+    b = StepRecord(bytes_sent={"emb_push": 4}, rows_sent={"emb_pull": 5, "emb_push": 1},
+                   phase_s={"forward": 0.25}, cache_hits=1, cache_misses=3)
+    assert (a + b).flat() == {
+        "bytes_emb_pull": 10.0, "bytes_emb_push": 4.0,
+        "rows_emb_pull": 7.0, "rows_emb_push": 1.0,
+        "time_forward_s": 0.75,
+        "rows_sync_now": 2.0,
+        "cache_hits": 4.0, "cache_misses": 4.0, "hit_rate": 0.5,
+    }
+    # no lookup: no cache columns at all (a system without a cache)
+    assert StepRecord(bytes_sent={"allreduce": 8}).flat() == {"bytes_allreduce": 8.0}
+
+
+def test_the_meter_accumulates_within_a_step() -> None:
+    meter = Meter()
+    meter.add_traffic(LinkKind.ALLREDUCE, 100)  # no rows: no rows column
+    meter.add_cache(hits=2, misses=1)
+    meter.add_cache(hits=4, misses=1)
+    meter.count("rows_sync_now")
+    meter.count("rows_sync_now")
+    meter.count("rows_sync_now", 2.5)
+    meter.add_phase_time(Phase.FORWARD, 0.25)
+    meter.add_phase_time(Phase.FORWARD, 0.5)
+    record = meter.end_step()
+    assert record.rows_sent == {}
+    assert (record.cache_hits, record.cache_misses) == (6, 2)
+    assert record.counters == {"rows_sync_now": 4.5}
+    assert record.phase_s["forward"] == 0.75

@@ -186,3 +186,28 @@ def test_criteo_reader_threads_end_with_the_generator(tmp_path: Path, criteo_lin
     next(blocks)
     blocks.close()
     assert not [t for t in threading.enumerate() if t.name.startswith("bagpipe-read")]
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("[1, 2]", "expected an object with 'label', 'dense' and 'sparse'"),
+        ('{"label": 2, "dense": [0, 0], "sparse": [0, 0]}', "label 2 is not 0/1"),
+        ('{"label": 1, "dense": [true, 0.5], "sparse": [0, 0]}',
+         "'dense' must be a list of 2 numbers"),
+        ('{"label": 1, "dense": [0, 0], "sparse": 4}',
+         "'sparse' must be 2 row ids within the table sizes (5, 3)"),
+        ('{"label": 1, "dense": [0, 0], "sparse": [0, 3]}',
+         "'sparse' must be 2 row ids within the table sizes (5, 3)"),
+    ],
+)
+def test_each_bad_jsonl_record_says_what_is_wrong(tmp_path: Path, text: str, reason: str) -> None:
+    good = '{"label": 0, "dense": [0.5, 1], "sparse": [4, 2]}'
+    path = tmp_path / "small.jsonl"
+    path.write_text(f"{good}\n{text}\n")
+    with pytest.raises(DataFormatError) as error:
+        list(iter_jsonl(str(path), (5, 3), num_dense=2))
+    assert (error.value.line, error.value.reason) == (2, reason)
+    path.write_text(f"{good}\n")
+    (block,) = iter_jsonl(str(path), (5, 3), num_dense=2)  # no stats passed: counted aside
+    assert block.ids.tolist() == [[4, 2]] and block.dense.tolist() == [[0.5, 1.0]]

@@ -95,7 +95,9 @@ def _record(tmp_path: Path) -> dict:
     return json.loads((tmp_path / "run" / "record" / "run.json").read_text())
 
 
-def test_hydra_run_preempted_by_sigusr2_resumes_where_it_stopped(tmp_path: Path) -> None:
+def test_hydra_run_preempted_by_sigusr2_resumes_where_it_stopped_to_the_uninterrupted_model(
+    tmp_path: Path,
+) -> None:
     store = CheckpointStore(tmp_path / "checkpoints")
     first = _train(tmp_path, "run.steps=3000", "run.checkpoint_every=20")
     try:
@@ -120,6 +122,22 @@ def test_hydra_run_preempted_by_sigusr2_resumes_where_it_stopped(tmp_path: Path)
     record = _record(tmp_path)
     assert record["status"] == "FINISHED"
     assert record["summary"]["first_step"] == stopped_at
+
+    # The same run uninterrupted, in its own directories: the resumed steps' losses and the
+    # final evaluation (the final model on the same batches) are bit-identical. (The summary's
+    # train_loss_last is not compared: it is the mean over the steps this process trained.)
+    (tmp_path / "uninterrupted").mkdir()
+    whole = _train(tmp_path / "uninterrupted", f"run.steps={stopped_at + 3}",
+                   "run.checkpoint_every=20")
+    output, _ = whole.communicate(timeout=300)
+    assert whole.returncode == 0, output
+    want = _record(tmp_path / "uninterrupted")
+    assert want["summary"]["first_step"] == 0
+    resumed = {m["step"]: m["loss"] for m in record["steps"]}
+    assert sorted(resumed) == [stopped_at, stopped_at + 1, stopped_at + 2]
+    assert resumed == {m["step"]: m["loss"] for m in want["steps"] if m["step"] in resumed}
+    assert (record["summary"]["logloss"], record["summary"]["auc"]) == (
+        want["summary"]["logloss"], want["summary"]["auc"])
 
 
 def test_checkpoints_for_a_system_that_cannot_resume_are_refused(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from bagpipe.core.batch import Batch
-from bagpipe.core.checkpoint import CheckpointStore
+from bagpipe.core.checkpoint import CheckpointStore, CheckpointWarning
 from bagpipe.core.interface import ModelState, OptimConfig, StepResult, TrainContext
 from bagpipe.core.roles import RoleFailedError
 from bagpipe.harness.run.recovery import run_with_recovery
@@ -114,6 +114,46 @@ def test_recovered_run_equals_uninterrupted(tmp_path: Path) -> None:
     assert [p.step for p in result.evals] == [5, 10, 11]
     assert sorted(keep.losses) == list(range(STEPS))  # callbacks saw every step once
     assert result.summary["restarts"] == 2.0
+
+
+class CorruptingLocal(NoisyLocal):
+    """Fails at ``fail_at`` after damaging the newest checkpoint of ``store`` (its tables file cut
+    short, as a disk that lost the last write would leave it)."""
+
+    def __init__(self, fail_at: int, store: CheckpointStore) -> None:
+        super().__init__(fail_at)
+        self.store = store
+
+    def train_step(self, step: int, batch: Batch) -> StepResult:
+        if step == self.fail_at:
+            _, newest = self.store.steps()[-1]
+            tables = newest / "tables.pt"
+            tables.write_bytes(tables.read_bytes()[:-9])
+        return super().train_step(step, batch)
+
+
+def test_recovery_inside_a_job_passes_over_a_corrupt_newest_checkpoint(tmp_path: Path) -> None:
+    cfg = RunConfig(num_steps=STEPS, eval_every=0, warmup_steps=0, checkpoint_every=3)
+    reference = _uninterrupted(cfg)
+    store = CheckpointStore(tmp_path, keep=3)
+    attempts = iter([CorruptingLocal(fail_at=10, store=store), NoisyLocal()])
+    systems: list[LocalSystem] = []
+
+    def make() -> LocalSystem:
+        systems.append(next(attempts))
+        return systems[-1]
+
+    keep = KeepState(systems)
+    with pytest.warns(CheckpointWarning, match="step_00000009.*truncated"):
+        result, restarts = run_with_recovery(
+            make, _context(), TinySource(TINY_SCHEMA, 8, 2, seed=9), cfg, store, [keep]
+        )
+    # step 9's checkpoint is unreadable: the run goes back to step 6's and retrains 6 .. 10
+    assert [(r.failed_step, r.resumed_step) for r in restarts] == [(10, 6)]
+    assert keep.state is not None and reference.state is not None
+    assert_states_equal(keep.state, reference.state)
+    assert torch.equal(keep.rng, reference.rng)
+    assert [m["loss"] for m in result.steps] == [reference.losses[s] for s in range(STEPS)]
 
 
 def test_failure_before_any_checkpoint_starts_over(tmp_path: Path) -> None:

@@ -127,3 +127,90 @@ def test_writeback_split_writes_every_evicted_row_exactly_once_with_its_final_va
     assert torch.equal(written[3], torch.full((2,), -2.0))
     assert torch.equal(written[9], torch.full((2,), -1.0))
     assert torch.equal(written[1], torch.full((2,), -1.0))
+
+
+def test_errors_name_the_operation_and_at_most_five_missing_ids() -> None:
+    cache = TrainerCache(capacity=8, dim=3)
+    cache.install(torch.tensor([1]), _rows(torch.tensor([1])))
+    missing = torch.tensor([1, 2, 3, 4, 5, 6, 7])
+    calls = {
+        "gather": lambda: cache.gather(missing),
+        "read": lambda: cache.read_for_step(missing),
+        "update": lambda: cache.apply_sgd(missing, torch.ones(7, 3), 0.1),
+        "write back": lambda: cache.evict(missing, writeback=missing),
+    }
+    for what, call in calls.items():
+        with pytest.raises(CacheError) as error:
+            call()
+        assert str(error.value) == (
+            f"{what}: ids not resident, e.g. [2, 3, 4, 5, 6] (plan not followed?)"
+        )
+    bounded = TrainerCache(capacity=1, dim=3)
+    with pytest.raises(CacheError) as error:
+        bounded.install(torch.tensor([1, 2]), _rows(torch.tensor([1, 2])))
+    assert str(error.value) == (
+        "cache capacity 1 rows exceeded by 1 rows (the oracle's plan should never need more; "
+        "is cache_capacity the planner's?)"
+    )
+
+
+def test_reads_resident_lists_and_evictions_by_value() -> None:
+    cache = TrainerCache(capacity=4, dim=3)
+    cache.install(torch.tensor([4, 2, 9]), _rows(torch.tensor([4, 2, 9])))
+    rows, hits, misses = cache.read_for_step(torch.tensor([2, 9]))
+    assert torch.equal(rows, _rows(torch.tensor([2, 9]))) and (hits, misses) == (0, 2)
+    cache.mark_stale(torch.tensor([4]))
+    ids, rows = cache.resident()
+    assert ids.tolist() == [2, 9] and torch.equal(rows, _rows(torch.tensor([2, 9])))
+    ids, rows = cache.resident(include_stale=True)
+    assert ids.tolist() == [2, 4, 9] and torch.equal(rows, _rows(torch.tensor([2, 4, 9])))
+    dropped = cache.evict(torch.tensor([4]))
+    assert dropped.shape == (0, 3)
+
+
+def test_a_cache_of_another_dtype_takes_float32_gradients() -> None:
+    cache = TrainerCache(capacity=2, dim=3, dtype=torch.float64)
+    cache.install(torch.tensor([1]), _rows(torch.tensor([1])))
+    cache.apply_sgd(torch.tensor([1]), torch.ones(1, 3, dtype=torch.float32), 0.5)
+    assert cache.gather(torch.tensor([1])).tolist() == [[0.5, 0.5, 0.5]]
+
+
+def test_an_unbounded_cache_doubles_or_grows_by_what_it_needs() -> None:
+    cache = TrainerCache(capacity=None, dim=1)
+    first = cache.num_slots
+    ids = torch.arange(first + 1)
+    cache.install(ids, ids.to(torch.float32).unsqueeze(1))
+    assert cache.num_slots == 2 * first  # doubled: one row more than it had
+    more = torch.arange(first + 1, 5 * first)
+    cache.install(more, more.to(torch.float32).unsqueeze(1))
+    assert cache.num_slots == 5 * first  # exactly what the rows need, beyond a doubling
+    assert torch.equal(cache.gather(torch.tensor([0, first, 5 * first - 1])).flatten(),
+                       torch.tensor([0.0, first, 5 * first - 1]))
+
+
+def test_a_fresh_cache_and_the_capacity_it_accepts() -> None:
+    cache = TrainerCache(capacity=1, dim=3, dtype=torch.float64)
+    ids, rows = cache.resident(include_stale=True)
+    assert ids.dtype == torch.int64 and ids.shape == (0,) and rows.shape == (0, 3)
+    assert cache.weights.dtype == torch.float64
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match=rf"^cache capacity must be a positive number of rows, got {bad}$"):
+            TrainerCache(capacity=bad, dim=3)
+
+
+def test_install_and_stale_errors_list_five_ids_and_the_shapes() -> None:
+    cache = TrainerCache(capacity=8, dim=3)
+    ids = torch.arange(1, 8)
+    cache.install(ids, _rows(ids))
+    with pytest.raises(CacheError) as error:
+        cache.install(ids, _rows(ids))
+    assert str(error.value) == "install: ids already resident, e.g. [1, 2, 3, 4, 5]"
+    cache.mark_stale(ids)
+    with pytest.raises(CacheError) as error:
+        cache.gather(ids)
+    assert str(error.value) == (
+        "gather: stale copies of other trainers' singletons, e.g. [1, 2, 3, 4, 5]"
+    )
+    with pytest.raises(ValueError) as shape_error:
+        cache.install(torch.tensor([20, 21]), torch.zeros(2, 4))
+    assert str(shape_error.value) == "install: rows (2, 4) for 2 ids, dim 3"
