@@ -13,9 +13,21 @@ are about the checkpoint path, not the emulated network), for every system that 
   checkpointed, plain (so a drift in machine speed cancels) and compared in sum;
   ``overhead_share_pct``: the checkpoints' own time as a share of the plain runs' training time
   (the same quantity without the run-to-run noise);
-* ``detect_s``, ``kill_to_training_s``: ``trainer_0`` SIGKILLed mid-run: until the driver
-  notices, and until the restarted job completed its first step again (teardown, new processes,
-  restore).
+* ``detect_s``, ``kill_to_training_s``, ``kill_to_caught_up_s``, ``steps_redone``: ``trainer_0``
+  SIGKILLed halfway between two checkpoints: until the driver notices, until the recovered job
+  completed its first step, until it completed the step the kill interrupted, and how many
+  finished steps it trained again. Each row names its ``path`` (``bagpipe.core.recovery``):
+  ``rollback``, the whole-job restart (teardown, new processes, restore the checkpoint, redo the
+  steps since), and for ``bagpipe`` and ``sync_ps`` also ``replace``, the same kill with one
+  standby trainer (the survivors keep their state, the standby takes over, the step in flight is
+  trained again). The standby's process was spawned with the job, so to compare protocols and not
+  process start-up, the rollback gets the same credit: ``restart_spawn_s`` (the restarted job's
+  process start-up, spawn to RPC world joined) and ``kill_to_caught_up_prespawned_s`` (caught up
+  minus that);
+* ``log_overhead_pct`` (``bagpipe``, ``sync_ps``): the steady-state cost of the replace path,
+  the mean iteration time with a standby trainer (for Bagpipe also the update log of every
+  trainer's rows, ``bagpipe.lrpp.updatelog``) against without, four back-to-back runs of 100 steps
+  (plain, standby, standby, plain).
 
 The full run checkpoints at :data:`~bagpipe.harness.run.recovery.DEFAULT_CHECKPOINT_EVERY` (the
 target, < 5% overhead, is stated at that interval); quick mode checkpoints every 20 steps of a
@@ -25,12 +37,15 @@ target, < 5% overhead, is stated at that interval); quick mode checkpoints every
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from bagpipe.core.checkpoint import CheckpointStore
 from bagpipe.core.interface import OptimConfig, System, TrainContext
+from bagpipe.core.recovery import ROLLBACK
 from bagpipe.core.registry import load_system
+from bagpipe.core.roles.deployment import startup_times_s
 from bagpipe.core.source import BatchSource
 from bagpipe.data import DatasetConfig, make_dataset
 from bagpipe.harness.run.faults import KillRoles
@@ -39,6 +54,10 @@ from bagpipe.harness.run.runner import RunConfig, RunResult, run_training
 from bagpipe.models import paper_config
 
 BATCH = 512
+_LOG_STEPS = 100  # steps of each run that measures the update log's steady-state overhead
+
+#: The systems that replace a dead trainer in place when given a standby trainer.
+REPLACEABLE = ("bagpipe", "sync_ps")
 
 #: The resumable systems and how each is built for this workload.
 SYSTEMS: dict[str, dict[str, object]] = {
@@ -52,8 +71,8 @@ def _row(metric: str, value: float, unit: str, **config: object) -> dict:
     return {"benchmark": "fault", "metric": metric, "value": value, "unit": unit, **config}
 
 
-def _factory(name: str) -> Callable[[], System]:
-    cls, kwargs = load_system(name), SYSTEMS[name]
+def _factory(name: str, **extra: object) -> Callable[[], System]:
+    cls, kwargs = load_system(name), {**SYSTEMS[name], **extra}
     return lambda: cls(**kwargs)
 
 
@@ -91,22 +110,67 @@ def _overhead_rows(
     ]
 
 
+class _StepClock:
+    """Runner callback: when each step was first reported (``perf_counter``)."""
+
+    def __init__(self) -> None:
+        self.at_s: dict[int, float] = {}
+
+    def on_step(self, step: int, metrics: dict[str, float]) -> None:
+        self.at_s[step] = time.perf_counter()
+
+
 def _kill_rows(
     make: Callable[[], System], context: Callable[[], TrainContext], eval_source: BatchSource,
     every: int, workdir: Path, config: dict[str, object],
 ) -> list[dict]:
+    """``trainer_0`` killed halfway between two checkpoints; rows say which path the recovery
+    took (``replace``: a standby took over in place; ``rollback``: the whole job restarted)."""
     kill_after = every + every // 2
-    kills = KillRoles({kill_after: "trainer_0"})
+    kills, clock = KillRoles({kill_after: "trainer_0"}), _StepClock()
+    first_startup = len(startup_times_s())
     _, restarts = run_with_recovery(
         make, context(), eval_source,
         RunConfig(kill_after + every, eval_every=0, progress=False, checkpoint_every=every),
-        CheckpointStore(workdir / "kill"), [kills],
+        CheckpointStore(workdir / f"kill_{len(list(workdir.iterdir()))}"), [kills, clock],
     )
     (_, killed_at_s), (restart,) = kills.killed[0], restarts
+    caught_up_s = clock.at_s[restart.failed_step] - killed_at_s
+    config = {**config, "role": "trainer_0", "path": restart.path,
+              "resumed_step": restart.resumed_step}
+    rows = [
+        _row("detect_s", restart.detected_at_s - killed_at_s, "s", **config),
+        _row("kill_to_training_s", restart.trained_at_s - killed_at_s, "s", **config),
+        _row("kill_to_caught_up_s", caught_up_s, "s", **config),
+        _row("steps_redone", float(restart.steps_redone), "steps", **config),
+    ]
+    if restart.path == ROLLBACK:  # as if the new job's processes were pre-spawned (standbys)
+        spawn_s = startup_times_s()[first_startup + 1]
+        rows += [
+            _row("restart_spawn_s", spawn_s, "s", **config),
+            _row("kill_to_caught_up_prespawned_s", caught_up_s - spawn_s, "s", **config),
+        ]
+    return rows
+
+
+def _log_overhead_rows(
+    name: str, context: Callable[[], TrainContext], eval_source: BatchSource, steps: int,
+    config: dict[str, object],
+) -> list[dict]:
+    """What the replace path costs in steady state: iteration time with a standby trainer (and,
+    for Bagpipe, the update log it needs) against without, in the order plain, standby, standby,
+    plain (a drift in machine speed cancels)."""
+    cfg = RunConfig(min(steps, _LOG_STEPS), eval_every=0, progress=False)
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for standby in (False, True, True, False):
+        result = run_training(_factory(name, standby_trainers=int(standby))(), context(),
+                              eval_source, cfg)
+        times[standby].append(result.summary["iter_time_mean_s"])
+    plain_s, logged_s = sum(times[False]) / 2, sum(times[True]) / 2
     return [
-        _row("detect_s", restart.detected_at_s - killed_at_s, "s", role="trainer_0", **config),
-        _row("kill_to_training_s", restart.trained_at_s - killed_at_s, "s", role="trainer_0",
-             resumed_step=restart.resumed_step, **config),
+        _row("iter_time_with_log_s", logged_s, "s", **config),
+        _row("log_overhead_pct", 100.0 * (logged_s - plain_s) / plain_s, "%",
+             plain_iter_time_s=plain_s, **config),
     ]
 
 
@@ -131,4 +195,9 @@ def run(quick: bool) -> list[dict]:
         with tempfile.TemporaryDirectory() as tmp:
             rows += _overhead_rows(make, context, eval_source, steps, every, Path(tmp), config)
             rows += _kill_rows(make, context, eval_source, every, Path(tmp), config)
+            if name in REPLACEABLE:
+                rows += _kill_rows(_factory(name, standby_trainers=1), context, eval_source,
+                                   every, Path(tmp), config)
+        if name in REPLACEABLE:
+            rows += _log_overhead_rows(name, context, eval_source, steps, config)
     return rows

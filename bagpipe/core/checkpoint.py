@@ -46,6 +46,7 @@ from typing import Any
 import torch
 
 from bagpipe.core.interface import ModelState, ResumePoint
+from bagpipe.core.recovery import update_digest
 
 __all__ = ["Checkpoint", "CheckpointError", "CheckpointStore", "CheckpointWarning", "state_digest"]
 
@@ -99,11 +100,9 @@ def state_digest(state: ModelState) -> str:
     """
     digest = hashlib.sha256()
     for kind, tensors in (("table", state.tables), ("dense", state.dense)):
-        for name in sorted(tensors):
-            tensor = tensors[name].detach().contiguous().cpu()
-            digest.update(f"{kind}:{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
-            digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+        update_digest(digest, tensors, f"{kind}:")
     return digest.hexdigest()
+
 
 
 def _serialise(obj: object) -> bytes:

@@ -56,6 +56,7 @@ __all__ = [
     "ddp_hook",
     "group_size",
     "join_group",
+    "leave_group",
     "ring_charge",
     "wire_torch_collectives",
 ]
@@ -80,6 +81,14 @@ def join_group(spec: Rendezvous, rank: int) -> None:
         world_size=spec.world_size,
         timeout=_JOIN_TIMEOUT,
     )
+
+
+def leave_group() -> None:
+    """Leave this process's group, if any: its members changed (a dead one was replaced, or the
+    job restarts in place), and gloo groups cannot change members. Join the new one with
+    :func:`join_group`."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def group_size() -> int:

@@ -27,6 +27,7 @@ import torch
 from bagpipe.core.batch import Batch, DatasetSchema
 from bagpipe.core.meter import StepRecord
 from bagpipe.core.net.wire import NetworkConfig
+from bagpipe.core.recovery import Recovery
 
 if TYPE_CHECKING:
     from bagpipe.core.source import BatchSource
@@ -224,6 +225,11 @@ class System(ABC):
     def stats(self) -> dict[str, Any]:
         """System-specific totals beyond the Meter (plan, hot-set share, staleness...)."""
         return {}
+
+    def recoveries(self) -> list[Recovery]:
+        """Role failures this system got past in place (``bagpipe.core.recovery``, path
+        ``replace``); none by default: a failure ends the job, which restarts from a checkpoint."""
+        return []
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """End every process and thread the system started."""

@@ -35,6 +35,7 @@ from bagpipe.core.net.wire import DRIVER, NetworkConfig, Wire
 __all__ = [
     "DRIVER",
     "RoleRuntime",
+    "assume_role",
     "current",
     "error_report_path",
     "init",
@@ -83,6 +84,18 @@ def init(
         role=role, network=network or NetworkConfig(), nics=nics, error_dir=error_dir
     )
     return _STATE
+
+
+def assume_role(role: str) -> RoleRuntime:
+    """This process serves ``role`` from now on (a standby taking over a dead role's place).
+
+    Its wire books and delays traffic as ``role``'s, on ``role``'s host of the topology, and its
+    failures are reported under ``role``; the Meter carries on (a standby has counted nothing).
+    """
+    state = current()
+    state.role = role
+    state.wire = Wire(role, state.network, state.meter, state.nics)
+    return state
 
 
 def is_initialised() -> bool:

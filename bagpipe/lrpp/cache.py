@@ -53,11 +53,17 @@ class TrainerCache:
             (no capacity was planned for); an int is a hard limit and overflowing it is an error.
         dim: row width (the table dim of the model).
         dtype: row dtype.
+        journal: keep the ids of rows dropped (evicted, or marked stale) since the last
+            :meth:`drain_dropped`, for a trainer that logs its rows elsewhere
+            (``bagpipe.lrpp.updatelog``).
     """
 
     _INITIAL_UNBOUNDED_SLOTS = 1024
 
-    def __init__(self, capacity: int | None, dim: int, dtype: torch.dtype = torch.float32) -> None:
+    def __init__(
+        self, capacity: int | None, dim: int, dtype: torch.dtype = torch.float32,
+        journal: bool = False,
+    ) -> None:
         if capacity is not None and capacity <= 0:
             raise ValueError(f"cache capacity must be a positive number of rows, got {capacity}")
         self.capacity_limit = capacity
@@ -72,6 +78,7 @@ class TrainerCache:
         self.resident_ids = torch.empty(0, dtype=torch.int64)
         self.resident_slots = torch.empty(0, dtype=torch.int64)
         self._lock = threading.RLock()
+        self._dropped: list[torch.Tensor] | None = [] if journal else None
 
     # ----------------------------------------------------------------------------- queries
     @property
@@ -158,6 +165,7 @@ class TrainerCache:
             )
             found = self._lookup(ids)
             slots = found.slots[found.found]
+            self._journal(self.slot_id[slots])
             self.occupied[slots] = False
             self.stale[slots] = False
             self._fetched_unread[slots] = False
@@ -177,10 +185,23 @@ class TrainerCache:
         with self._lock:
             found = self._lookup(ids)
             slots = found.slots[found.found]
+            self._journal(self.slot_id[slots])
             self.stale[slots] = True
             return int(slots.numel())
 
+    def drain_dropped(self) -> torch.Tensor:
+        """Ids of rows dropped (evicted or marked stale) since the last call (``journal=True``)."""
+        with self._lock:
+            if self._dropped is None:
+                raise CacheError("drain_dropped: this cache keeps no journal")
+            dropped, self._dropped = self._dropped, []
+            return torch.cat(dropped) if dropped else torch.empty(0, dtype=torch.int64)
+
     # ----------------------------------------------------------------------------- internals
+    def _journal(self, ids: torch.Tensor) -> None:
+        if self._dropped is not None and ids.numel():
+            self._dropped.append(ids.clone())
+
     def _lookup(self, ids: torch.Tensor) -> Lookup:
         ids = ids.to(torch.int64).contiguous()
         if self.resident_ids.numel() == 0:

@@ -54,13 +54,20 @@ class OracleRole:
         self._cond = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None  # a push failed (a trainer died): see advance
         self.planner = OracleCacher(schema, config)
 
     def start(self) -> None:
         self._thread = runtime.start_thread(self._run, "bagpipe-oracle")
 
     def advance(self, step: int) -> float:
-        """Training reached ``step``; return the planning time spent since the previous call."""
+        """Training reached ``step``; return the planning time spent since the previous call.
+
+        Raises the error that stopped the planning thread, if one did (a trainer it pushed plans
+        to died): the step fails with it, and the driver recovers.
+        """
+        if self._error is not None:
+            raise RuntimeError("the oracle stopped planning") from self._error
         with self._cond:
             self._progress = max(self._progress, step)
             self._cond.notify_all()
@@ -71,12 +78,14 @@ class OracleRole:
         """The planner's totals so far (rows planned, evictions, planning time)."""
         return {f"oracle_{k}": float(v) for k, v in asdict(self.planner.stats).items()}
 
-    def close(self) -> None:
+    def close(self) -> bool:
+        """Stop planning; whether the planning thread has ended (it may be finishing a push)."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
+        return self._thread is None or not self._thread.is_alive()
 
     def _run(self) -> None:
         planner = self.planner
@@ -90,7 +99,11 @@ class OracleRole:
                 self._cond.wait_for(self._may_push(due))
                 if self._closed:
                     return
-            self._push([plan])
+            try:
+                self._push([plan])
+            except Exception as exc:  # a trainer died: the next advance says so
+                self._error = exc
+                return
 
     def _may_push(self, due: int) -> Callable[[], bool]:
         """Plans for step ``due`` go out once training is within the window of it (or closing)."""

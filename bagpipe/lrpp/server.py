@@ -39,6 +39,7 @@ class BagpipeServerShard(EmbeddingServer):
         self.num_trainers = num_trainers
         self._writebacks: dict[int, int] = {}
         self._cond = threading.Condition()
+        self._released = False
 
     def write_back(self, round_index: int, ids: torch.Tensor, rows: torch.Tensor) -> None:
         """Store final values of evicted rows and count this trainer's arrival for the round."""
@@ -55,6 +56,17 @@ class BagpipeServerShard(EmbeddingServer):
     def fetch(self, round_index: int, ids: torch.Tensor) -> torch.Tensor:
         """Rows of ``ids`` once every trainer wrote back round ``round_index``."""
         with self._cond:
-            self._cond.wait_for(lambda: self._writebacks.get(round_index, 0) >= self.num_trainers)
+            self._cond.wait_for(
+                lambda: self._writebacks.get(round_index, 0) >= self.num_trainers or self._released
+            )
+            if self._writebacks.get(round_index, 0) < self.num_trainers:
+                raise RuntimeError(f"server_{self.shard}: round {round_index}'s barrier released")
             self._writebacks.pop(round_index - 2, None)  # every fetch of round r-2 is long done
         return self.fetch_rows(ids)
+
+    def release(self) -> None:
+        """A trainer died: no round's barrier will fill, so every fetch waiting on one fails now
+        (the survivors' rounds end, and the system replaces the shard's object)."""
+        with self._cond:
+            self._released = True
+            self._cond.notify_all()

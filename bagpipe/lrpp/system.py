@@ -21,6 +21,11 @@ Ablations (bagpipe.md §4.5/§5.3 E7; all ``True`` = the paper's design, each ke
 path), ``partition`` (``False``: no physical partitioning, singleton rows are shared rows, held by
 every trainer and all-reduced). See ``bagpipe.lrpp.trainer``.
 
+Recovery: ``standby_trainers`` (default 0) pre-spawns idle trainer processes; with one, a dead
+trainer is replaced in place, no step redone (:meth:`Bagpipe._replace_trainer`), and every trainer
+logs its rows to the driver for that (``bagpipe.lrpp.updatelog``). Any other failure, or one the
+replacement cannot prove exact, restarts the job from the checkpoint (``bagpipe.core.recovery``).
+
 Per-iteration record (``StepResult.record``): bytes/rows summed over trainers, phase times of
 trainer 0, cache hits/misses summed over trainers (a miss = the first read of a row since a prefetch
 installed it), counters ``rows_sync_now``/``rows_sync_later`` (rows of the global batch all-reduced on
@@ -33,28 +38,42 @@ previous step), ``rows_fetched_on_demand`` (``prefetch=False``), ``allreduce_byt
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, replace
 from typing import Any
 
-from bagpipe.core import runtime
+from torch.futures import Future
+
+from bagpipe.core import collectives, runtime
 from bagpipe.core.batch import Batch, ids_matrix, split_batch
 from bagpipe.core.interface import (
     ModelState,
+    ResumePoint,
     StepResult,
     System,
     TrainContext,
     cache_budget_rows,
 )
 from bagpipe.core.meter import LinkKind, StepRecord
-from bagpipe.core.roles import Deployment, RoleRef
+from bagpipe.core.recovery import (
+    REPLACE,
+    Recovery,
+    replacement_refused,
+    step_left_by_survivors,
+    tensors_digest,
+)
+from bagpipe.core.roles import Deployment, RoleFailedError, RoleRef
+from bagpipe.core.roles.deployment import standby_roles
 from bagpipe.lrpp.oracle_role import OracleRole
 from bagpipe.lrpp.server import BagpipeServerShard
 from bagpipe.lrpp.trainer import BagpipeTrainer, Design
+from bagpipe.lrpp.updatelog import UpdateLog
 from bagpipe.models import table_dim
 from bagpipe.oracle.config import DEFAULT_CLEANUP_FRACTION, OracleConfig, cleanup_interval_for
 from bagpipe.paramserver import gather_rows, server_role, split_tables
 from bagpipe.training.start import TrainingStream
 
+_RECOVERY_S = 60.0  # how long each wait of a replacement may take
 
 class Bagpipe(System):
     """Bagpipe: oracle cacher + LRPP trainer caches + sharded embedding servers."""
@@ -73,13 +92,16 @@ class Bagpipe(System):
         sync_later: bool = True,
         prefetch: bool = True,
         partition: bool = True,
+        standby_trainers: int = 0,
     ) -> None:
-        if num_trainers < 1 or num_servers < 1:
+        if num_trainers < 1 or num_servers < 1 or standby_trainers < 0:
             raise ValueError(
-                f"system.num_trainers={num_trainers} and system.num_servers={num_servers} must be >= 1"
+                f"system.num_trainers={num_trainers} and system.num_servers={num_servers} must be "
+                f">= 1, system.standby_trainers={standby_trainers} >= 0"
             )
         self.num_trainers = num_trainers
         self.num_servers = num_servers
+        self.standby_trainers = standby_trainers
         if cache_capacity is not None and cache_budget is not None:
             raise ValueError(
                 "system.cache_capacity (rows) and system.cache_budget (share of the rows): give one"
@@ -98,7 +120,10 @@ class Bagpipe(System):
         self._trainers: list[RoleRef] = []
         self._oracle: RoleRef | None = None
         self._totals = StepRecord()
-        self._step_offset = 0  # the global step this run started (resumed) at
+        self._step_offset = 0  # the global step this run started (resumed, or was rebuilt) at
+        self._logs: list[UpdateLog] = []  # per trainer, with standby_trainers (``updatelog``)
+        self._recoveries: list[Recovery] = []
+        self._groups = 0  # trainer groups made so far (each needs its own rendezvous)
 
     def setup(self, ctx: TrainContext) -> None:
         if ctx.global_batch_size % self.num_trainers:
@@ -111,54 +136,163 @@ class Bagpipe(System):
             self.oracle_config = replace(
                 self.oracle_config, capacity=cache_budget_rows(ctx.schema, self.cache_budget)
             )
-        # Resuming: roles start from the checkpoint's weights with empty caches, and the oracle
-        # plans the stream from the resumed step on, which the roles number from 0.
-        spec = ctx.trainer_spec()
-        self._step_offset = ctx.resume.step if ctx.resume else 0
-        end = ctx.num_steps if ctx.num_steps is not None else len(ctx.source)
-        source = TrainingStream(ctx.source, self._step_offset, end)
         servers = [server_role(s) for s in range(self.num_servers)]
         trainers = [f"trainer_{k}" for k in range(self.num_trainers)]
-        deployment = Deployment(["oracle", *servers, *trainers], network=ctx.network)
-        self._deployment = deployment
+        self._deployment = Deployment(
+            ["oracle", *servers, *trainers], network=ctx.network,
+            standbys=standby_roles("trainer", self.standby_trainers),
+        )
         try:
-            dim = table_dim(ctx.model)
-            self._servers = [
-                deployment.remote(role, BagpipeServerShard, s, self.num_servers, ctx.schema, dim,
-                                  ctx.seed, spec.resume_state, num_trainers=self.num_trainers)
-                for s, role in enumerate(servers)
-            ]
-            group = deployment.new_group("trainers", world_size=self.num_trainers)
-            self._trainers = [
-                deployment.remote(role, BagpipeTrainer, k, group, self._servers, spec,
-                                  self.oracle_config, self.design)
-                for k, role in enumerate(trainers)
-            ]
-            self._oracle = deployment.remote(
-                "oracle", OracleRole, source, ctx.schema, self.oracle_config, self._trainers,
-                self.oracle_config.lookahead,
-            )
-            deployment.wait([r.rpc_async().stats() for r in self._trainers])
-            deployment.wait([self._oracle.rpc_async().start()])
+            self._start_roles(ctx.resume)
         except BaseException:
             self.close()
             raise
 
+    def _start_roles(self, resume: ResumePoint | None) -> None:
+        """Build the shards, trainers and oracle from ``resume`` (the seeded weights for ``None``);
+        when they exist already (a trainer was replaced), rebuild each in place, under its id.
+
+        Resuming: roles start from ``resume``'s weights with empty caches, and the oracle plans
+        the stream from the resumed step on, which the roles number from 0.
+        """
+        deployment, ctx = self._deployment, self._ctx
+        assert deployment is not None and ctx is not None
+        spec = replace(ctx.trainer_spec(), resume=resume)
+        self._step_offset = resume.step if resume else 0
+        end = ctx.num_steps if ctx.num_steps is not None else len(ctx.source)
+        source = TrainingStream(ctx.source, self._step_offset, end)
+        dim = table_dim(ctx.model)
+        if self.standby_trainers:
+            self._logs = [UpdateLog(ctx.schema.total_rows, dim) for _ in range(self.num_trainers)]
+
+        def build(role: str, old: list[RoleRef], index: int, cls: type, *args: Any,
+                  **kwargs: Any) -> RoleRef:
+            if old:
+                return deployment.rebuild(old[index], cls, *args, **kwargs)
+            return deployment.remote(role, cls, *args, **kwargs)
+
+        def built(refs: list[RoleRef]) -> list[RoleRef]:
+            deployment.wait([ref.ready for ref in refs if ref.ready is not None], _RECOVERY_S)
+            return refs
+
+        # Each kind is built before the next is handed its refs (a rebuilt object is reached
+        # only once built: ``construct``).
+        self._servers = built([
+            build(server_role(s), self._servers, s, BagpipeServerShard, s, self.num_servers,
+                  ctx.schema, dim, ctx.seed, spec.resume_state, num_trainers=self.num_trainers)
+            for s in range(self.num_servers)
+        ])
+        self._groups += 1
+        group = deployment.new_group(f"trainers_{self._groups}", world_size=self.num_trainers)
+        self._trainers = built([
+            build(f"trainer_{k}", self._trainers, k, BagpipeTrainer, k, group, self._servers,
+                  spec, self.oracle_config, self.design, log_updates=bool(self.standby_trainers))
+            for k in range(self.num_trainers)
+        ])
+        (self._oracle,) = built([build(
+            "oracle", [self._oracle] if self._oracle else [], 0, OracleRole, source, ctx.schema,
+            self.oracle_config, self._trainers, self.oracle_config.lookahead,
+        )])
+        deployment.wait([r.rpc_async().stats() for r in self._trainers])
+        deployment.wait([self._oracle.rpc_async().start()])
+
     def train_step(self, step: int, batch: Batch) -> StepResult:
-        deployment, oracle = self._require_setup()
-        step -= self._step_offset  # the roles number steps from where this run (re)started
-        planning = oracle.rpc_async().advance(step)
-        futures = [
-            trainer.rpc_async(kind=LinkKind.DATA).train_step(
-                step, part.dense_features, ids_matrix(part), part.labels
-            )
-            for trainer, part in zip(self._trainers, split_batch(batch, self.num_trainers), strict=True)
-        ]
-        *results, planning_s = deployment.wait([*futures, planning])
-        record = runtime.merge_trainer_records([r for _, r in results])
+        deployment, _ = self._require_setup()
+        parts = split_batch(batch, self.num_trainers)
+        futures = self._issue(step, parts)
+        try:
+            *results, planning_s = deployment.wait(futures)
+        except RoleFailedError as failure:
+            detected_at_s = time.perf_counter()
+            self._replace_trainer(failure, step, futures[:-1])
+            *results, planning_s = deployment.wait(self._issue(step, parts))
+            self._recoveries.append(Recovery(
+                role=failure.role, reason=str(failure).splitlines()[0], failed_step=step,
+                resumed_step=step, detected_at_s=detected_at_s,
+                trained_at_s=time.perf_counter(), path=REPLACE,
+            ))
+        for log, (_, _, entry) in zip(self._logs, results, strict=False):
+            log.record(entry)
+        record = runtime.merge_trainer_records([r for _, r, _ in results])
         record.counters["planning_s"] = planning_s
         self._totals = self._totals + record
-        return StepResult(loss=float(sum(loss for loss, _ in results)), record=record)
+        return StepResult(loss=float(sum(loss for loss, _, _ in results)), record=record)
+
+    def _issue(self, step: int, parts: list[Batch]) -> list[Future]:
+        """Start step ``step`` on every trainer (slice ``k`` to trainer ``k``), then the oracle's
+        progress report: the futures, in that order."""
+        _, oracle = self._require_setup()
+        step -= self._step_offset  # the roles number steps from where this run (re)started
+        planning = oracle.rpc_async().advance(step)
+        return [
+            *(trainer.rpc_async(kind=LinkKind.DATA).train_step(
+                step, part.dense_features, ids_matrix(part), part.labels
+            ) for trainer, part in zip(self._trainers, parts, strict=True)),
+            planning,
+        ]
+
+    # ------------------------------------------------------------------ recovery
+    def _replace_trainer(self, failure: RoleFailedError, step: int, futures: list[Future]) -> None:
+        """Replace a dead trainer in place (``bagpipe.lrpp.updatelog`` says why it is exact), or
+        raise ``failure`` with the reason it cannot be (``fallback``): the job then restarts from
+        the checkpoint.
+
+        The model at the boundary before ``step``: the survivors' dense replica (equal by hash),
+        and the rows as the servers hold them, overwritten by the dead trainer's log, overwritten
+        by the survivors' fresh cached rows (their pending sync-later update applied). A standby
+        takes the dead role over, and every shard, trainer and the oracle are rebuilt in place
+        from that model, the oracle planning from ``step`` on.
+        """
+        dead = failure.role
+        failure.fallback = replacement_refused(
+            dead, [t.role for t in self._trainers], self.standby_trainers, self._recoveries
+        )
+        if failure.fallback:
+            raise failure
+        deployment, _ = self._require_setup()
+        deployment.take_over(dead)  # its failure is handled from here
+        state, failure.fallback = self._state_before(step, dead, futures)
+        if state is None:
+            raise failure
+        survivors = [t.role for t in self._trainers if t.role != dead]
+        deployment.wait([deployment.rpc_async(r, collectives.leave_group) for r in survivors])
+        self._start_roles(ResumePoint(step, state))
+
+    def _state_before(
+        self, step: int, dead: str, futures: list[Future]
+    ) -> tuple[ModelState | None, str]:
+        """The model at the boundary before ``step`` from what survives, or why it cannot be had."""
+        deployment, oracle = self._require_setup()
+        assert self._ctx is not None
+        survivors = [t for t in self._trainers if t.role != dead]
+        deployment.wait([s.rpc_async().release() for s in self._servers], _RECOVERY_S)
+        deployment.wait([t.rpc_async().close() for t in survivors], _RECOVERY_S)
+        why = step_left_by_survivors(
+            [t.role for t in self._trainers], futures, dead, _RECOVERY_S
+        )
+        if why:
+            return None, why
+        try:
+            salvaged = deployment.wait([t.rpc_async().salvage() for t in survivors], _RECOVERY_S)
+        except RoleFailedError:
+            raise
+        except Exception as exc:  # the dead trainer's share of the pending update never came
+            return None, f"a survivor could not hand over its rows: {str(exc).splitlines()[0]}"
+        if any(applied >= step - self._step_offset for applied, *_ in salvaged):
+            return None, "a survivor applied the step in flight"
+        if len({tensors_digest(dense) for *_, dense in salvaged}) != 1:
+            return None, "the surviving trainers' dense replicas differ"
+        if not deployment.wait(oracle.rpc_async().close(), _RECOVERY_S):
+            return None, "the oracle did not stop pushing plans"
+        shards = deployment.wait([s.rpc_async().state() for s in self._servers], _RECOVERY_S)
+        rows = gather_rows(shards, self._ctx.schema.total_rows)
+        self._logs[int(dead.rsplit("_", 1)[1])].overlay(rows)
+        for _, ids, cached, _ in salvaged:
+            rows[ids] = cached
+        return ModelState(split_tables(rows, self._ctx.schema), dense=salvaged[0][3]), ""
+
+    def recoveries(self) -> list[Recovery]:
+        return list(self._recoveries)
 
     def full_state(self) -> ModelState:
         deployment, _ = self._require_setup()

@@ -18,6 +18,8 @@ Critical path of step ``n`` (``train_step``)::
 
 Background, one thread (``bagpipe-rounds``): round ``r`` starts when step ``(r-1)*ci`` starts and runs
 evict -> write back own share -> (server-side read-after-write barrier) -> prefetch -> install.
+An error there (a peer died) stops the rounds; the next step that waits for a round raises it, so
+the failure reaches the driver as the step's, and a replacement can salvage this trainer's rows.
 
 **Ablations** (:class:`Design`; each one keeps training exact, only the cost moves). They re-read
 the oracle's plans; the oracle plans the same stream whatever the knobs say:
@@ -60,6 +62,7 @@ from bagpipe.core.interface import TrainerSpec
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
 from bagpipe.core.roles import Rendezvous, RoleRef
 from bagpipe.lrpp.cache import CacheError, TrainerCache
+from bagpipe.lrpp.updatelog import LogEntry
 from bagpipe.models import table_dim
 from bagpipe.oracle.config import OracleConfig
 from bagpipe.oracle.plan import RoundPlan, StepPlan
@@ -160,6 +163,9 @@ class BagpipeTrainer:
         oracle: the oracle's knobs: the cleanup interval paces the rounds, the capacity sizes the
             cache.
         design: which of the paper's ideas are on (the ablations).
+        log_updates: reply to every step with its :class:`~bagpipe.lrpp.updatelog.LogEntry`
+            (the rows updated and dropped), so the driver can rebuild this trainer's rows if it
+            dies; otherwise the entry is ``None``.
     """
 
     def __init__(
@@ -170,6 +176,7 @@ class BagpipeTrainer:
         spec: TrainerSpec,
         oracle: OracleConfig,
         design: Design,
+        log_updates: bool = False,
     ) -> None:
         collectives.join_group(group, index)
         self.index = index
@@ -185,7 +192,9 @@ class BagpipeTrainer:
         self.fuse = FusedTail()  # sync-now rows ride in the dense part's last DDP bucket
         self.ddp_model = replicate_dense(self.model, self.fuse)
         self._dense_bytes = sum(runtime.nbytes(p) for p in self.model.parameters())
-        self.cache = TrainerCache(oracle.capacity, table_dim(spec.model))
+        self.log_updates = log_updates
+        self.cache = TrainerCache(oracle.capacity, table_dim(spec.model), journal=log_updates)
+        self._applied_step = -1  # the last step whose update this trainer applied
         self.board = _Board()
         self._pending_later: tuple[torch.Tensor, collectives.AllReduceHandle] | None = None
         # Round bookkeeping: rounds <= _allowed may start; rounds <= _installed are in the cache.
@@ -195,6 +204,7 @@ class BagpipeTrainer:
         self._round_busy = threading.Lock()  # held from evict to install of one round
         # prefetch=False: per round, the rows of its prefetch list no step of it fetched yet
         self._deferred: dict[int, torch.Tensor] = {}
+        self._round_error: BaseException | None = None  # raised by the next step that waits
         self._shard_pool = ThreadPoolExecutor(max_workers=len(servers), thread_name_prefix="shard")
         self._thread = runtime.start_thread(self._run_rounds, f"bagpipe-rounds-{index}")
 
@@ -205,8 +215,9 @@ class BagpipeTrainer:
 
     def train_step(
         self, step: int, dense: torch.Tensor, ids: torch.Tensor, labels: torch.Tensor
-    ) -> tuple[float, StepRecord]:
-        """One iteration on this trainer's slice ``(dense [b, D], ids [b, F], labels [b])``."""
+    ) -> tuple[float, StepRecord, LogEntry | None]:
+        """One iteration on this trainer's slice ``(dense [b, D], ids [b, F], labels [b])``:
+        its loss, its record, and (``log_updates``) its log entry."""
         meter = runtime.current().meter
         spec, design, ci = self.spec, self.design, self.ci
         if step % ci == 0:
@@ -234,13 +245,14 @@ class BagpipeTrainer:
         with meter.phase(Phase.OPTIMIZER):
             mine = plan.singleton[plan.singleton_owner == self.index]
             own = grads.row_grads[torch.searchsorted(unique, mine)]
+            updated = torch.cat([plan.sync_now, mine, later_ids])
             self.cache.apply_sgd(
-                torch.cat([plan.sync_now, mine, later_ids]),
-                torch.cat([now, own, later_sum]),
-                spec.optim.embedding_lr,
+                updated, torch.cat([now, own, later_sum]), spec.optim.embedding_lr
             )
             sgd_dense_(self.model, spec.optim.dense_lr)
             self.cache.mark_stale(plan.singleton[plan.singleton_owner != self.index])
+            self._applied_step = step
+            entry = self._log_entry(updated)
         if design.sync_later:  # the same on every trainer, so the collectives stay in step
             later = scatter_rows(plan.sync_later, unique, grads.row_grads)
             self._pending_later = (plan.sync_later, collectives.allreduce_async(later))
@@ -249,7 +261,7 @@ class BagpipeTrainer:
             meter.count("rows_sync_now", float(plan.sync_now.numel()))
             meter.count("rows_sync_later", float(plan.sync_later.numel()))
         meter.count("rows_singleton", float(mine.numel()))
-        return grads.loss, meter.end_step()
+        return grads.loss, meter.end_step(), entry
 
     def snapshot(self) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """Apply the pending sync-later update, then ``(ids, rows, dense state)`` of fresh rows.
@@ -263,6 +275,23 @@ class BagpipeTrainer:
         dense = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         return cached_ids, rows, dense
 
+    def salvage(self) -> tuple[int, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """A peer died: stop, and hand over what this trainer holds at the step boundary.
+
+        Closes the trainer (the driver first releases the servers' barriers, so a round waiting
+        on the dead peer's write-back ends), applies the pending sync-later update (raises if the
+        dead peer's share of it never arrived), and returns ``(last step applied, ids, rows,
+        dense state)`` of its fresh rows, as :meth:`snapshot` does.
+        """
+        self.close()
+        if self._thread.is_alive():
+            raise RuntimeError(f"{self.role}: its round thread did not stop")
+        ids, summed = self._finish_pending_later()
+        self.cache.apply_sgd(ids, summed, self.spec.optim.embedding_lr)
+        cached_ids, rows = self.cache.resident()
+        dense = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        return self._applied_step, cached_ids, rows, dense
+
     def close(self) -> None:
         with self.board.cond:
             self.board.closed = True
@@ -274,6 +303,11 @@ class BagpipeTrainer:
         self._shard_pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ critical-path helpers
+    def _log_entry(self, updated: torch.Tensor) -> LogEntry | None:
+        if not self.log_updates:
+            return None
+        return LogEntry(self.cache.drain_dropped(), updated, self.cache.gather(updated))
+
     def _finish_pending_later(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self._pending_later is None:
             return torch.empty(0, dtype=torch.int64), torch.empty(0, self.cache.dim)
@@ -291,7 +325,12 @@ class BagpipeTrainer:
 
     def _wait_installed(self, round_index: int) -> None:
         with self._round_cond:
-            self._round_cond.wait_for(lambda: self._installed >= round_index or self.board.closed)
+            self._round_cond.wait_for(
+                lambda: self._installed >= round_index or self.board.closed
+                or self._round_error is not None
+            )
+        if self._round_error is not None:
+            raise RuntimeError(f"{self.role}: a cache round failed") from self._round_error
 
     # ------------------------------------------------------------------ background rounds
     def _run_rounds(self) -> None:
@@ -303,7 +342,13 @@ class BagpipeTrainer:
             if plan is None:
                 return
             with self._round_busy:
-                self._execute_round(plan)
+                try:
+                    self._execute_round(plan)
+                except Exception as exc:  # a peer died (or a bug): the next step that waits says so
+                    with self._round_cond:
+                        self._round_error = exc
+                        self._round_cond.notify_all()
+                    return
             with self._round_cond:
                 self._installed = round_index
                 self._round_cond.notify_all()

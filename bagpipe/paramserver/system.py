@@ -27,12 +27,26 @@ every such system. A system names its two role classes and adds what is its own:
 * **Trainers** are data-parallel: each holds an equal dense replica, started from the seeded (or
   resumed) weights; the driver reads the dense part from trainer 0.
 
+* **Recovery** (``replaces_trainers``, ``standby_trainers``; ``bagpipe.core.recovery``). A system
+  whose trainers hold nothing but the dense replica (``sync_ps``) replaces a dead trainer in place
+  when the deployment has a standby trainer process: the survivors' replicas are checked equal by
+  hash, the shards drop what the step in flight pushed, the standby takes the dead role over, every
+  trainer is rebuilt in its process from the survivors' replica (a new trainer group: gloo groups
+  cannot change members), the replacement's replica is checked against the survivors' hash, and the
+  step in flight is trained again. Nothing is rolled back and no finished step is redone. Where
+  that cannot be proven safe (a server died, no standby left, a survivor finished the step in
+  flight), the failure goes on to the runner's whole-job restart, with the reason in
+  ``RoleFailedError.fallback``.
+
 Bagpipe's own system does not use this: it adds an oracle role, builds its trainers from one config
 and waits for the oracle's planning report within each step.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import torch
@@ -41,8 +55,23 @@ from torch.futures import Future
 from bagpipe.core import collectives
 from bagpipe.core.batch import Batch, split_batch
 from bagpipe.core.collectives import FusedTail
-from bagpipe.core.interface import StepResult, System, TrainContext, TrainerSpec
-from bagpipe.core.roles import Deployment, Rendezvous, RoleRef
+from bagpipe.core.interface import (
+    ModelState,
+    ResumePoint,
+    StepResult,
+    System,
+    TrainContext,
+    TrainerSpec,
+)
+from bagpipe.core.recovery import (
+    REPLACE,
+    Recovery,
+    replacement_refused,
+    step_left_by_survivors,
+    tensors_digest,
+)
+from bagpipe.core.roles import Deployment, Rendezvous, RoleFailedError, RoleRef
+from bagpipe.core.roles.deployment import standby_roles
 from bagpipe.core.runtime import merge_trainer_records
 from bagpipe.models import table_dim
 from bagpipe.paramserver.layout import server_role
@@ -113,15 +142,24 @@ class ParameterServerSystem(System):
     #: for trainers that still send in the background (HET's pushes) and must drain first.
     close_trainers: ClassVar[bool] = False
 
-    def __init__(self, num_trainers: int, num_servers: int, step_timeout_s: float) -> None:
-        if num_trainers < 1 or num_servers < 1:
+    #: True for trainers that hold nothing but the dense replica: a dead one is replaced in place
+    #: (module docstring, *Recovery*) when a standby trainer is left.
+    replaces_trainers: ClassVar[bool] = False
+
+    def __init__(
+        self, num_trainers: int, num_servers: int, step_timeout_s: float, standby_trainers: int = 0
+    ) -> None:
+        if num_trainers < 1 or num_servers < 1 or standby_trainers < 0:
             raise ValueError(
-                f"{self.name}: num_trainers and num_servers must be >= 1, "
-                f"got {num_trainers}, {num_servers}"
+                f"{self.name}: num_trainers and num_servers must be >= 1 and standby_trainers "
+                f">= 0, got {num_trainers}, {num_servers}, {standby_trainers}"
             )
         self.num_trainers = num_trainers
         self.num_servers = num_servers
         self.step_timeout_s = step_timeout_s
+        self.standby_trainers = standby_trainers
+        self._recoveries: list[Recovery] = []
+        self._groups = 0  # trainer groups made so far (each needs its own rendezvous)
         self._ctx: TrainContext | None = None
         self._deployment: Deployment | None = None
         self._servers: list[RoleRef] = []
@@ -144,7 +182,10 @@ class ParameterServerSystem(System):
         dim = table_dim(ctx.model)
         servers = [server_role(s) for s in range(self.num_servers)]
         trainers = [f"trainer_{k}" for k in range(self.num_trainers)]
-        deployment = Deployment([*servers, *trainers], network=ctx.network)
+        deployment = Deployment(
+            [*servers, *trainers], network=ctx.network,
+            standbys=standby_roles("trainer", self.standby_trainers),
+        )
         try:
             self._servers = [
                 deployment.remote(
@@ -152,7 +193,7 @@ class ParameterServerSystem(System):
                 )
                 for s, role in enumerate(servers)
             ]
-            group = deployment.new_group("trainers", self.num_trainers)
+            group = self._new_group(deployment)
             self._trainers = [
                 deployment.remote(
                     role, self.trainer_class, k, group, self._servers, spec, *self._trainer_args()
@@ -169,6 +210,10 @@ class ParameterServerSystem(System):
             raise
         self._deployment, self._ctx = deployment, ctx
 
+    def _new_group(self, deployment: Deployment) -> Rendezvous:
+        self._groups += 1
+        return deployment.new_group(f"trainers_{self._groups}", self.num_trainers)
+
     def _trainer_args(self) -> tuple[Any, ...]:
         """The trainers' constructor arguments after the :class:`TrainerSpec` (none by default)."""
         return ()
@@ -183,6 +228,73 @@ class ParameterServerSystem(System):
         results = self._wait(futures)
         record = merge_trainer_records([record for _, record in results])
         return StepResult(loss=sum(loss for loss, _ in results), record=record)
+
+    def _train_replacing(self, step: int, issue: Callable[[], list[Future]]) -> StepResult:
+        """Step ``step``'s result from ``issue()`` (one call per trainer, in rank order); a trainer
+        that dies on the way is replaced in place and the step trained again (module docstring,
+        *Recovery*), or the failure is raised with its ``fallback`` reason."""
+        futures = issue()
+        try:
+            return self._collect(futures)
+        except RoleFailedError as failure:
+            detected_at_s = time.perf_counter()
+            failure.fallback = (
+                replacement_refused(failure.role, [t.role for t in self._trainers],
+                                    self.standby_trainers, self._recoveries)
+                if self.replaces_trainers else f"{self.name}: a trainer holds state no other has"
+            )
+            if failure.fallback:
+                raise
+            self._require_setup()[1].take_over(failure.role)  # its failure is handled from here
+            dense, failure.fallback = self._survivors_state(failure.role, futures)
+            if dense is None:
+                raise
+            self._replace_trainer(failure.role, step, dense)
+            result = self._collect(issue())
+            self._recoveries.append(Recovery(
+                role=failure.role, reason=str(failure).splitlines()[0], failed_step=step,
+                resumed_step=step, detected_at_s=detected_at_s,
+                trained_at_s=time.perf_counter(), path=REPLACE,
+            ))
+            return result
+
+    def _survivors_state(
+        self, dead: str, futures: list[Future]
+    ) -> tuple[dict[str, torch.Tensor] | None, str]:
+        """The dense replica every surviving trainer holds at the step boundary, or why the fast
+        path does not apply (``(None, reason)``)."""
+        roles = [ref.role for ref in self._trainers]
+        why = step_left_by_survivors(roles, futures, dead, self.step_timeout_s)
+        if why:
+            return None, why
+        survivors = [ref for ref in self._trainers if ref.role != dead]
+        dense = self._wait([ref.rpc_async().dense_state() for ref in survivors])
+        if len({tensors_digest(d) for d in dense}) != 1:
+            return None, "the surviving trainers' dense replicas differ"
+        return dense[0], ""
+
+    def _replace_trainer(self, dead: str, step: int, dense: dict[str, torch.Tensor]) -> None:
+        """Every trainer is rebuilt (in its process; the standby's for ``dead``) from the
+        survivors' replica ``dense``, in a new group, and checked against its hash."""
+        ctx, deployment = self._require_setup()
+        self._wait([server.rpc_async().discard_pushes_from(step) for server in self._servers])
+        survivors = [ref.role for ref in self._trainers if ref.role != dead]
+        self._wait([deployment.rpc_async(role, collectives.leave_group) for role in survivors])
+        group = self._new_group(deployment)
+        resume = ResumePoint(step, ModelState(tables={}, dense=dense))
+        spec = replace(ctx.trainer_spec(), resume=resume)
+        self._trainers = [
+            deployment.rebuild(ref, self.trainer_class, k, group, self._servers, spec,
+                               *self._trainer_args())
+            for k, ref in enumerate(self._trainers)
+        ]
+        self._wait([ref.ready for ref in self._trainers if ref.ready is not None])
+        rebuilt = self._wait([ref.rpc_async().dense_state() for ref in self._trainers])
+        if {tensors_digest(d) for d in rebuilt} != {tensors_digest(dense)}:
+            raise RuntimeError(f"{self.name}: a rebuilt trainer's dense replica differs")
+
+    def recoveries(self) -> list[Recovery]:
+        return list(self._recoveries)
 
     def _wait(self, futures: Future | list[Future]) -> Any:
         """The value(s) of calls on the roles, within ``step_timeout_s`` (``Deployment.wait``)."""
@@ -212,3 +324,4 @@ class ParameterServerSystem(System):
         if self._ctx is None or self._deployment is None:
             raise RuntimeError(f"{self.name} used before setup(ctx) or after close()")
         return self._ctx, self._deployment
+

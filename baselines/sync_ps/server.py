@@ -57,6 +57,15 @@ class StepOrderedServer(EmbeddingServer):
                 raise ValueError(f"server_{self.shard}: trainer {rank} pushed step {step} twice")
             pushes[rank] = (local, grads, lr)
 
+    def discard_pushes_from(self, step: int) -> None:
+        """Forget every buffered push of step ``step`` on: a trainer died in it, and the step is
+        trained again from its start (``bagpipe.paramserver.system``, *Recovery*)."""
+        with self._pending_lock:
+            if step < self._applied_before - 1:
+                raise ValueError(f"server_{self.shard}: step {step} is applied already")
+            for late in [s for s in self._pending if s >= step]:
+                del self._pending[late]
+
     def fetch_rows_at(self, step: int, ids: torch.Tensor) -> torch.Tensor:
         """Rows of global ``ids`` as step ``step`` must see them: every earlier step applied."""
         self._apply_before(step)

@@ -9,6 +9,11 @@ of embedding traffic sits on the critical path: the upper bound caching systems 
 The shards sum each step's pushes in trainer-rank order (``server.py``), so a run is bit-reproducible
 and one recovered from a checkpoint ends bit-identical to an uninterrupted one.
 
+Its trainers hold nothing but the dense replica, so with ``standby_trainers`` a dead trainer is
+replaced in place and the step in flight trained again, no step redone
+(``bagpipe.paramserver.system``, *Recovery*); a dead shard still restarts the job from the
+checkpoint.
+
 Processes: ``server_0..S-1`` (:class:`~baselines.sync_ps.server.StepOrderedServer`) and
 ``trainer_0..T-1`` (:class:`~baselines.sync_ps.trainer.SyncPSTrainer`, one gloo group for the dense
 all-reduce); the driver (this object, a :class:`~bagpipe.paramserver.ParameterServerSystem`)
@@ -18,6 +23,8 @@ sends each trainer its slice of the global batch.
 from __future__ import annotations
 
 from typing import Any
+
+from torch.futures import Future
 
 from bagpipe.core.batch import Batch, ids_matrix
 from bagpipe.core.interface import ModelState, StepResult
@@ -34,25 +41,31 @@ class SyncPS(ParameterServerSystem):
         num_trainers: ``T`` trainer processes (the global batch splits into T equal slices).
         num_servers: ``S`` embedding-server shards.
         step_timeout_s: how long one step (or a state gather) may take before the run fails.
+        standby_trainers: idle trainer processes that replace dead trainers in place.
     """
 
     name = "sync_ps"
     supports_resume = True
+    replaces_trainers = True
     server_class = StepOrderedServer
     trainer_class = SyncPSTrainer
 
-    def __init__(self, num_trainers: int = 2, num_servers: int = 2, step_timeout_s: float = 600.0):
-        super().__init__(num_trainers, num_servers, step_timeout_s)
+    def __init__(
+        self, num_trainers: int = 2, num_servers: int = 2, step_timeout_s: float = 600.0,
+        standby_trainers: int = 0,
+    ):
+        super().__init__(num_trainers, num_servers, step_timeout_s, standby_trainers)
 
     def train_step(self, step: int, batch: Batch) -> StepResult:
-        return self._collect(
-            [
+        def issue() -> list[Future]:
+            return [
                 trainer.rpc_async(kind=LinkKind.DATA).train_step(
                     step, part.dense_features, ids_matrix(part), part.labels
                 )
                 for trainer, part in self._slices(batch)
             ]
-        )
+
+        return self._train_replacing(step, issue)
 
     def full_state(self) -> ModelState:
         ctx, _ = self._require_setup()

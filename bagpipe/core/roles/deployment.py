@@ -49,6 +49,13 @@ Rules of the road:
   only when no call is in flight (wait for your futures first); a later Deployment in the same
   driver process works (refs of a closed Deployment are dead).
 
+**Standbys** (``standbys=standby_roles("trainer", 1)``): idle role processes spawned with the others,
+in hosts of their own. When a role's process dies, :meth:`Deployment.take_over` makes a standby of
+its kind serve it (``bagpipe.core.roles.aliases``): every ref to the role reaches the standby, which
+speaks as the role, and :meth:`Deployment.rebuild` builds the replacement object there under the
+dead object's id. A TensorPipe world cannot add members, so this is how a role is replaced without
+restarting the others; the dead process is never called again.
+
 Deployment launchers (SLURM via submitit, ``torchrun``): start ``1 + len(roles)`` processes with
 ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` set, all running the same program,
 which calls :meth:`Deployment.from_env` first thing::
@@ -87,6 +94,7 @@ from bagpipe.core.net.report import NetworkReport
 from bagpipe.core.net.topology import host_of
 from bagpipe.core.net.wire import NetworkConfig
 from bagpipe.core.roles import rendezvous, spawn
+from bagpipe.core.roles.aliases import clear_aliases, set_alias, take_over_here, worker_of
 from bagpipe.core.roles.failures import RoleFailedError
 from bagpipe.core.roles.quiet import departure_notices_dropped
 from bagpipe.core.roles.rendezvous import Rendezvous
@@ -94,7 +102,9 @@ from bagpipe.core.roles.roleref import RoleRef, construct
 from bagpipe.core.roles.watch import POLL_S, Monitor
 from bagpipe.core.runtime import DRIVER
 
-__all__ = ["Deployment", "last_network_report"]
+__all__ = [
+    "Deployment", "last_network_report", "role_kind", "standby_roles", "startup_times_s",
+]
 
 _STOP_S = 10.0  # roles asked to stop have this long to leave before they are terminated
 _DEPARTURE = "departure"  # the store every process of the world leaves the RPC world through
@@ -111,6 +121,8 @@ class Deployment:
         num_worker_threads: TensorPipe threads serving incoming RPCs per process. A role method
             that blocks (waiting on a barrier, a collective) holds one, so keep headroom.
         rpc_timeout_s: default timeout of every RPC.
+        standbys: idle role processes that can take over a dead role of their kind
+            (:func:`standby_roles`; module docstring, *Standbys*); only for roles spawned here.
     """
 
     def __init__(
@@ -121,11 +133,18 @@ class Deployment:
         num_worker_threads: int = 16,
         rpc_timeout_s: float = 300.0,
         *,
+        standbys: Sequence[str] = (),
         _attach_env: bool = False,
     ) -> None:
         self.roles = tuple(roles)
-        if len(set(self.roles)) != len(self.roles) or DRIVER in self.roles:
-            raise ValueError(f"deployment roles must be unique and not {DRIVER!r}: {self.roles}")
+        self._standbys = list(standbys)
+        self._processes = (*self.roles, *self._standbys)  # every process spawned, in rank order
+        if len(set(self._processes)) != len(self._processes) or DRIVER in self._processes:
+            raise ValueError(
+                f"deployment roles must be unique and not {DRIVER!r}: {self._processes}"
+            )
+        if self._standbys and _attach_env:
+            raise ValueError("standbys are spawned by the driver; a launched world has none")
         self.network = network or NetworkConfig()
         self._hosts: NamespaceHosts | None = None
         self._options = spawn.WorldOptions(
@@ -139,11 +158,13 @@ class Deployment:
         self._host = os.environ["MASTER_ADDR"] if _attach_env else rendezvous.LOCALHOST
         # where roles spawned here report failures; roles attached from a launcher have none
         self._error_dir = None if _attach_env else Path(tempfile.mkdtemp(prefix="bagpipe-roles-"))
-        self._monitor = Monitor(self.roles, self._children.exit_codes, self._error_dir)
+        self._monitor = Monitor(self._processes, self._children.exit_codes, self._error_dir)
         if _attach_env:
             self._attach_driver()
         else:
+            started_s = time.perf_counter()
             self._spawn()
+            _STARTUPS_S.append(time.perf_counter() - started_s)
 
     # ----------------------------------------------------------------------------- start-up
     @classmethod
@@ -184,13 +205,13 @@ class Deployment:
         """The ``model`` back-end's NICs, shared with the roles as they are spawned."""
         if self.network.backend != "model":
             return None
-        return SharedNics(self.network.emulated.hosts(self.roles), spawn.role_context())
+        return SharedNics(self.network.emulated.hosts(self._processes), spawn.role_context())
 
     def _role_args(self, role: str, rank: int, init_method: str) -> spawn.RoleArgs:
         return spawn.RoleArgs(
             role=role,
             rank=rank,
-            world_size=len(self.roles) + 1,
+            world_size=len(self._processes) + 1,
             init_method=init_method,
             options=self._options,
             error_dir=str(self._error_dir) if self._error_dir else None,
@@ -218,7 +239,7 @@ class Deployment:
             self._host, driver_ifname = _driver_address()
             spawn.use_interface(driver_ifname)
             if self.network.backend == "netns":
-                self._hosts = NamespaceHosts(self.network.emulated.hosts(self.roles))
+                self._hosts = NamespaceHosts(self.network.emulated.hosts(self._processes))
                 self._hosts.start()
             init_method = f"tcp://{self._host}:{spawn.free_port(self._host)}"
 
@@ -226,7 +247,7 @@ class Deployment:
                 self._children.start(
                     [
                         self._role_args(role, rank, init_method)
-                        for rank, role in enumerate(self.roles, start=1)
+                        for rank, role in enumerate(self._processes, start=1)
                     ]
                 )
                 self._monitor.start(heartbeats=False)
@@ -252,6 +273,7 @@ class Deployment:
         torch.set_num_threads(max(1, torch.get_num_threads()))
         runtime.init(DRIVER, self.network, self._error_dir)
         spawn.reset_rpc_bookkeeping()
+        clear_aliases()
         outcome: list[BaseException | None] = []
 
         def join() -> None:
@@ -289,11 +311,19 @@ class Deployment:
         self._monitor.raise_if_failed()
         return construct(role, DRIVER, cls, args, kwargs)
 
+    def rebuild(self, ref: RoleRef, cls: type, *args: Any, **kwargs: Any) -> RoleRef:
+        """As :meth:`remote`, building ``cls(*args, **kwargs)`` under ``ref``'s object id in the
+        process that serves ``ref.role`` now (after :meth:`take_over`, the standby), so that every
+        ref to the old object reaches the new one."""
+        self._check_role(ref.role)
+        self._monitor.raise_if_failed()
+        return construct(ref.role, DRIVER, cls, args, kwargs, object_id=ref.object_id)
+
     def rpc_async(self, role: str, fn: Any, *args: Any, **kwargs: Any) -> Future:
         """Run module-level function ``fn(*args, **kwargs)`` in ``role``'s process."""
         self._check_role(role)
         self._monitor.raise_if_failed()
-        return rpc.rpc_async(role, fn, args=args, kwargs=kwargs)
+        return rpc.rpc_async(worker_of(role), fn, args=args, kwargs=kwargs)
 
     def wait(self, futures: Future | Iterable[Future], timeout_s: float | None = None) -> Any:
         """Wait for one future (return its value) or several (return their values, in order).
@@ -334,6 +364,45 @@ class Deployment:
         if self._closed:
             raise RuntimeError("deployment is closed")
 
+    # ----------------------------------------------------------------------------- standbys
+    @property
+    def standbys(self) -> tuple[str, ...]:
+        """The standbys not yet used."""
+        return tuple(self._standbys)
+
+    def take_over(self, role: str) -> str:
+        """A standby of ``role``'s kind serves ``role`` from now on; returns the standby's name.
+
+        ``role``'s process must be dead. Every live process (this one too) routes calls to
+        ``role`` to the standby, the standby speaks as ``role``, and ``role``'s failure is
+        forgotten, so a later failure (the replacement's too, under ``role``'s name) is reported.
+        Build the replacement object with :meth:`rebuild`.
+
+        Raises:
+            LookupError: no standby of ``role``'s kind is left.
+            ValueError: ``role``'s process is alive, or was not spawned here.
+        """
+        self._check_role(role)
+        if self._children.exit_codes().get(role, None) is None:
+            raise ValueError(f"take_over({role!r}): its process is alive or not spawned here")
+        kind = role_kind(role)
+        standby = next((s for s in self._standbys if role_kind(s) == f"{kind}_standby"), None)
+        if standby is None:
+            raise LookupError(f"no standby left for {role!r} (standbys: {self._standbys})")
+        self._standbys.remove(standby)
+        self._children.retire(role, standby)
+        self._monitor.forget(role)
+        if self._error_dir is not None:
+            runtime.error_report_path(self._error_dir, role).unlink(missing_ok=True)
+        set_alias(role, standby)
+        others = [worker_of(r) for r in self.roles if r != role] + self._standbys
+        self.wait(
+            [rpc.rpc_async(w, set_alias, args=(role, standby)) for w in others]
+            + [rpc.rpc_async(standby, take_over_here, args=(role, standby))],
+            self._options.rpc_timeout_s,
+        )
+        return standby
+
     # ----------------------------------------------------------------------------- groups
     def new_group(self, name: str, world_size: int) -> Rendezvous:
         """A rendezvous for a gloo group of ``world_size`` members (see ``collectives.join_group``).
@@ -360,7 +429,10 @@ class Deployment:
         ledgers = dict(
             zip(
                 self.roles,
-                self.wait([rpc.rpc_async(role, spawn.role_ledger) for role in self.roles], _STOP_S),
+                self.wait(
+                    [rpc.rpc_async(worker_of(role), spawn.role_ledger) for role in self.roles],
+                    _STOP_S,
+                ),
                 strict=True,
             )
         )
@@ -412,12 +484,14 @@ class Deployment:
         stop request: by the time anyone closes a connection, every process's window is open.
         """
         store, departure = rendezvous.host(
-            _DEPARTURE, self._host, len(self.roles) + 1, self._options.rpc_timeout_s
+            _DEPARTURE, self._host, len(self.roles) + len(self._standbys) + 1,
+            self._options.rpc_timeout_s,
         )
         self._stores[_DEPARTURE] = store  # kept until the roles are gone: they wait on it
         with departure_notices_dropped():
-            stops = [rpc.rpc_async(role, spawn.request_stop, args=(departure,), timeout=_STOP_S)
-                     for role in self.roles]
+            workers = [*(worker_of(role) for role in self.roles), *self._standbys]
+            stops = [rpc.rpc_async(w, spawn.request_stop, args=(departure,), timeout=_STOP_S)
+                     for w in workers]
             try:
                 torch.futures.wait_all(stops)
                 spawn.leave_rpc_world(departure, _STOP_S, store)
@@ -435,6 +509,21 @@ class Deployment:
 
 
 _LAST_REPORT: NetworkReport | None = None
+_STARTUPS_S: list[float] = []  # how long each deployment this process spawned took to start
+
+
+def standby_roles(kind: str, count: int) -> list[str]:
+    """Names of ``count`` standbys for roles of ``kind`` (``trainer``: ``trainer_standby_0``...).
+
+    Each lives on a host of its own, with the NIC of ``kind``'s hosts
+    (``bagpipe.core.net.topology``: hosts are named for their kind).
+    """
+    return [f"{kind}_standby_{i}" for i in range(count)]
+
+
+def role_kind(role: str) -> str:
+    """``trainer`` for ``trainer_3``, ``trainer_standby`` for ``trainer_standby_0``."""
+    return role.rsplit("_", 1)[0]
 
 
 def _driver_address() -> tuple[str, str]:
@@ -449,6 +538,12 @@ def _driver_address() -> tuple[str, str]:
         switch = Switch.of_this_process()
         return switch.driver_address, switch.driver_ifname
     return rendezvous.LOCALHOST, "lo"
+
+
+def startup_times_s() -> list[float]:
+    """How long each deployment this process spawned took, from spawning its role processes to
+    the RPC world joined (the process start-up a standby saves), oldest first."""
+    return list(_STARTUPS_S)
 
 
 def last_network_report() -> NetworkReport | None:

@@ -35,6 +35,9 @@ class RoleFailedError(RuntimeError):
     def __init__(self, role: str, reason: str) -> None:
         super().__init__(f"{role} {reason}")
         self.role = role
+        #: Set by a system that could not replace the role in place: why it fell back to a
+        #: whole-job restart (``bagpipe.core.recovery``); empty when it never tried.
+        self.fallback = ""
 
 
 def describe_exit(code: int) -> str:

@@ -16,6 +16,11 @@ counts and delays the request, the callee's side counts the request on arrival a
 delays the reply. ``kind`` names the Meter column the call's tensors land in (``control`` when
 not given), so a system never counts or delays by hand, and cannot skip it.
 
+**A role's process can change.** A ref names a role, not a process: every call goes to the process
+that serves the role now (:func:`bagpipe.core.roles.aliases.worker_of`), so when a standby takes a
+dead role over and rebuilds its object under the same id (``construct(..., object_id=...)``), the
+refs every process already holds reach the replacement.
+
 Objects live until their process ends (roles live as long as the Deployment). A method decorated with
 ``@torch.distributed.rpc.functions.async_execution`` returns a ``Future`` and is served without
 holding an RPC thread while it waits, as with RRefs.
@@ -33,6 +38,7 @@ from torch.futures import Future
 
 from bagpipe.core import runtime
 from bagpipe.core.meter import LinkKind
+from bagpipe.core.roles.aliases import worker_of
 
 __all__ = ["RoleRef", "construct"]
 
@@ -58,8 +64,14 @@ def _slot(object_id: str) -> _Slot:
         return _TABLE.setdefault(object_id, _Slot())
 
 
-def _construct(object_id: str, cls: type, args: tuple, kwargs: dict) -> None:
+def _construct(object_id: str, cls: type, args: tuple, kwargs: dict, rebuild: bool = False) -> None:
     slot = _slot(object_id)
+    if rebuild and slot.ready.is_set():  # a fresh slot: later calls never reach the old object
+        with _TABLE_LOCK:
+            _TABLE[object_id] = fresh = _Slot()
+        if hasattr(slot.value, "close"):
+            slot.value.close()
+        slot = fresh
     try:
         slot.value = cls(*args, **kwargs)
     except BaseException as exc:
@@ -106,11 +118,23 @@ def _call_async(
     return getattr(_lookup(object_id), method)(*args, **kwargs).then(reply)
 
 
-def construct(role: str, creator: str, cls: type, args: tuple, kwargs: dict) -> RoleRef:
-    """Start building ``cls(*args, **kwargs)`` in ``role``; return its ref (``.ready`` = the future)."""
-    object_id = f"{creator}/{next(_IDS)}/{cls.__qualname__}"
+def construct(
+    role: str, creator: str, cls: type, args: tuple, kwargs: dict, object_id: str | None = None
+) -> RoleRef:
+    """Start building ``cls(*args, **kwargs)`` in ``role``; return its ref (``.ready`` = the future).
+
+    ``object_id`` rebuilds an object under an existing id (a dead role's, in the standby that took
+    it over, or a survivor's, rebuilt in place), so refs to the old object reach the new one; the
+    old object, if this process holds it, is closed first (``close()``, when it has one). A call
+    that arrives before the rebuild reaches the old object: wait for ``.ready`` before calling.
+    By default the id is new.
+    """
+    rebuild = object_id is not None
+    object_id = object_id or f"{creator}/{next(_IDS)}/{cls.__qualname__}"
     ref = RoleRef(role, object_id, cls)
-    ref.ready = rpc.rpc_async(role, _construct, args=(object_id, cls, args, kwargs))
+    ref.ready = rpc.rpc_async(
+        worker_of(role), _construct, args=(object_id, cls, args, kwargs, rebuild)
+    )
     return ref
 
 
@@ -168,7 +192,9 @@ class _Proxy:
             nbytes = wire.outgoing(ref.role, self._kind, args, kwargs)
             if self._sync:
                 wire.hold(ref.role, nbytes)
-                result = rpc.rpc_sync(ref.role, fn, args=envelope, timeout=self._timeout)
+                result = rpc.rpc_sync(
+                    worker_of(ref.role), fn, args=envelope, timeout=self._timeout
+                )
                 wire.replied(ref.role, self._kind, result)
                 return result
             return _send_async(ref.role, fn, envelope, self._timeout, self._kind, nbytes)
@@ -189,7 +215,7 @@ def _send_async(
         return result
 
     def send() -> Future:
-        return rpc.rpc_async(role, fn, args=envelope, timeout=timeout).then(booked)
+        return rpc.rpc_async(worker_of(role), fn, args=envelope, timeout=timeout).then(booked)
 
     if not wire.delays(role):
         return send()

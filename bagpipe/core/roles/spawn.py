@@ -223,6 +223,7 @@ class LocalRoles:
 
     def __init__(self) -> None:
         self._procs: dict[str, Any] = {}
+        self._retired: list[Any] = []  # dead processes whose roles standbys took over
 
     def start(self, roles: Sequence[RoleArgs]) -> None:
         """Fork one process per role, named ``bagpipe-<role>`` (fault injection finds it by name).
@@ -237,6 +238,16 @@ class LocalRoles:
             proc.start()
             self._procs[args.role] = proc
 
+    def retire(self, role: str, standby: str) -> None:
+        """``standby``'s process serves ``role`` from now on (fault injection finds it under
+        ``role``'s name); ``role``'s dead process is only kept to be ended."""
+        procs = dict(self._procs)  # a new dict: the monitor thread may be reading the old one
+        self._retired.append(procs.pop(role))
+        proc = procs.pop(standby)
+        proc.name = f"bagpipe-{role}"
+        procs[role] = proc
+        self._procs = procs
+
     def pids(self) -> dict[str, int]:
         return {role: int(proc.pid) for role, proc in self._procs.items()}
 
@@ -247,22 +258,25 @@ class LocalRoles:
     def join(self, wait_s: float) -> None:
         """Wait up to ``wait_s`` in all for the processes to exit on their own."""
         deadline = time.monotonic() + wait_s
-        for proc in self._procs.values():
+        for proc in self._all():
             proc.join(max(0.0, deadline - time.monotonic()))
 
     def end(self) -> list[str]:
         """Terminate every process still running, then kill those that do not exit; return the
-        roles that had to be ended this way."""
+        roles that had to be ended this way (retired processes, already dead, are only reaped)."""
         running = [role for role, proc in self._procs.items() if proc.is_alive()]
-        for role in running:
-            self._procs[role].terminate()
-        for role in running:
-            proc = self._procs[role]
+        for proc in self._all():
+            if proc.is_alive():
+                proc.terminate()
+        for proc in self._all():
             proc.join(_END_S)
             if proc.is_alive():
                 proc.kill()
                 proc.join()
         return running
+
+    def _all(self) -> list[Any]:
+        return [*self._procs.values(), *self._retired]
 
 
 #: Modules every role process needs; the fork server imports them once, then forks each role.

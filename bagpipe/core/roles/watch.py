@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch.distributed.rpc as rpc
 
+from bagpipe.core.roles.aliases import worker_of
 from bagpipe.core.roles.failures import RoleFailedError, attribute
 
 __all__ = ["HEARTBEAT_S", "POLL_S", "Monitor", "watch_parent"]
@@ -85,6 +86,13 @@ class Monitor:
             time.sleep(POLL_S)
         return self.failure
 
+    def forget(self, role: str) -> None:
+        """``role``'s failure is handled (a standby took the role over): clear it, so that the
+        next failure is reported."""
+        with self._lock:
+            if self._failure is not None and self._failure.role == role:
+                self._failure = None
+
     def stop(self) -> None:
         """From now on nothing is a failure: the roles are being ended on purpose."""
         self._stopping.set()
@@ -112,7 +120,7 @@ class Monitor:
     def _heartbeat(self) -> None:
         for role in self._roles:
             try:
-                rpc.rpc_sync(role, os.getpid, timeout=10 * HEARTBEAT_S)
+                rpc.rpc_sync(worker_of(role), os.getpid, timeout=10 * HEARTBEAT_S)
             except Exception as exc:
                 self._record(RoleFailedError(role, f"is unreachable: {exc}"))
 

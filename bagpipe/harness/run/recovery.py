@@ -16,6 +16,11 @@ bit for bit for a killed trainer and a killed embedding server).
 Only role failures are retried: any other exception is a bug or bad input, and retrying a
 deterministic run would fail the same way.
 
+This whole-job restart is the ``rollback`` path. A system that can replace a dead role in place
+(``sync_ps`` with a standby trainer: ``bagpipe.core.recovery``, path ``replace``) does so inside its
+``train_step``, and the failure never reaches here; the run's recoveries list both kinds, in the
+order they happened, each with its path, steps redone and time (``result.stats["recoveries"]``).
+
 Callbacks see one run: ``on_run_start`` once, and ``on_step`` / ``on_eval_start`` / ``on_eval``
 once per step (steps trained or evaluated again after a restart are not reported twice).
 """
@@ -29,6 +34,7 @@ from dataclasses import dataclass, field
 
 from bagpipe.core.checkpoint import CheckpointStore
 from bagpipe.core.interface import System, TrainContext
+from bagpipe.core.recovery import REPLACE, Recovery
 from bagpipe.core.roles import RoleFailedError
 from bagpipe.core.source import BatchSource
 from bagpipe.harness.run.runner import EvalPoint, RunConfig, RunResult, notify, run_training
@@ -42,27 +48,8 @@ DEFAULT_CHECKPOINT_EVERY = 200
 _log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Restart:
-    """One recovery: which role failed, where training resumed, and how long it took.
-
-    ``failed_step`` is the step in flight (or the boundary work after it) when the failure was
-    seen; ``resumed_step`` the checkpoint's step (0: no checkpoint yet, started over).
-    ``detected_at_s`` (the failure reached the driver) and ``trained_at_s`` (the first step
-    after the restart completed; ``nan`` if none did) are ``time.perf_counter()`` readings, so a
-    fault injector can measure from its kill; ``recovery_s`` is their difference.
-    """
-
-    role: str
-    reason: str
-    failed_step: int
-    resumed_step: int
-    detected_at_s: float
-    trained_at_s: float
-
-    @property
-    def recovery_s(self) -> float:
-        return self.trained_at_s - self.detected_at_s
+#: One recovery, on either path (``bagpipe.core.recovery``): the name it has here.
+Restart = Recovery
 
 
 @dataclass
@@ -150,11 +137,13 @@ def run_with_recovery(
         )
     progress = _Progress(callbacks)
     failures: list[tuple[RoleFailedError, int, int, float]] = []
+    systems: list[System] = []
     while True:
         progress.current_step = resume.step if resume is not None else 0
+        systems.append(make_system())
         try:
             result = run_training(
-                make_system(), ctx, eval_source, cfg,
+                systems[-1], ctx, eval_source, cfg,
                 callbacks=[progress], checkpoints=store, resume=resume,
                 stop_requested=stop_requested,
             )
@@ -173,27 +162,34 @@ def run_with_recovery(
                 progress.current_step, str(failure).splitlines()[0], resumed_step,
             )
             failures.append((failure, progress.current_step, resumed_step, detected_at_s))
-    restarts = _restarts(failures, progress.trained_at_s)
+    in_place = [r for system in systems for r in system.recoveries()]
+    restarts = sorted(
+        [*_restarts(failures, progress.trained_at_s), *in_place], key=lambda r: r.detected_at_s
+    )
     result.steps = [progress.steps[step] for step in sorted(progress.steps)]
     result.evals = [progress.evals[step] for step in sorted(progress.evals)]
     result.summary["restarts"] = float(len(restarts))
+    result.summary["restarts_replace"] = float(sum(r.path == REPLACE for r in restarts))
+    result.summary["steps_redone"] = float(sum(r.steps_redone for r in restarts))
     result.summary["recovery_s"] = sum(r.recovery_s for r in restarts)
+    result.stats["recoveries"] = [r.as_record() for r in restarts]
     return result, restarts
 
 
 def _restarts(
     failures: Sequence[tuple[RoleFailedError, int, int, float]], trained_at_s: Sequence[float]
 ) -> list[Restart]:
-    """One :class:`Restart` per failure (error, failed step, resumed step, detection time), with
+    """One whole-job restart (path ``rollback``) per failure (error, failed step, resumed step, detection time), with
     the time the attempt after it first completed a step."""
     return [
-        Restart(
+        Recovery(
             role=failure.role,
             reason=str(failure).splitlines()[0],
             failed_step=failed_step,
             resumed_step=resumed_step,
             detected_at_s=detected_at_s,
             trained_at_s=trained,
+            fallback=failure.fallback,
         )
         for (failure, failed_step, resumed_step, detected_at_s), trained in zip(
             failures, trained_at_s, strict=True

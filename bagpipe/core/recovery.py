@@ -1,0 +1,116 @@
+"""Recoveries from role failures: which path each took, and what it cost.
+
+Two paths bring a run past a dead role:
+
+* ``replace`` (the fast path, inside the system): a standby process takes the dead role over
+  (:meth:`~bagpipe.core.roles.Deployment.take_over`), the replacement is built from the state the
+  surviving roles hold at the step in flight, and that step is trained again from its start.
+  No finished step is redone; no surviving role is rolled back.
+* ``rollback`` (the whole-job restart, ``bagpipe.harness.run.recovery``): every role is ended, a
+  fresh job resumes from the newest checkpoint and redoes the steps since.
+
+A system tries ``replace`` where it can prove the survivors' state is that of the step boundary
+(:class:`~bagpipe.core.roles.RoleFailedError` carries its reason in ``fallback`` when it could
+not), and every recovery is recorded as one :class:`Recovery` in the run record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch.futures import Future
+
+__all__ = [
+    "REPLACE", "ROLLBACK", "Recovery", "replacement_refused", "step_left_by_survivors",
+    "tensors_digest", "update_digest",
+]
+
+REPLACE = "replace"
+ROLLBACK = "rollback"
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """One role failure and how the run got past it.
+
+    ``failed_step`` is the step in flight when the failure was seen; ``resumed_step`` the first
+    step trained after it (``failed_step`` on the ``replace`` path, the checkpoint's step on
+    ``rollback``). ``detected_at_s`` (the failure reached the driver) and ``trained_at_s`` (the
+    first step after it completed; ``nan`` if none did) are ``time.perf_counter()`` readings, so a
+    fault injector can measure from its kill. ``fallback`` says why a ``rollback`` was taken.
+    """
+
+    role: str
+    reason: str
+    failed_step: int
+    resumed_step: int
+    detected_at_s: float
+    trained_at_s: float
+    path: str = ROLLBACK
+    fallback: str = ""
+
+    @property
+    def recovery_s(self) -> float:
+        return self.trained_at_s - self.detected_at_s
+
+    @property
+    def steps_redone(self) -> int:
+        return self.failed_step - self.resumed_step
+
+    def as_record(self) -> dict[str, object]:
+        """Plain values for a run record (``steps_redone`` and ``recovery_s`` included)."""
+        return {**asdict(self), "steps_redone": self.steps_redone, "recovery_s": self.recovery_s}
+
+
+def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
+    """sha256 over named tensors (names, dtypes, shapes, bytes), in name order: equal digests mean
+    bit-identical tensors (the dense replicas a replacement is checked against)."""
+    digest = hashlib.sha256()
+    update_digest(digest, tensors)
+    return digest.hexdigest()
+
+
+def update_digest(digest: Any, tensors: dict[str, torch.Tensor], prefix: str = "") -> None:
+    """Feed named tensors (names, dtypes, shapes, bytes) to a ``hashlib`` digest, in name order."""
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().contiguous().cpu()
+        digest.update(f"{prefix}{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+
+
+def step_left_by_survivors(
+    roles: Sequence[str], futures: Sequence[Future], dead: str, timeout_s: float
+) -> str:
+    """Wait until every survivor's call for the step in flight (``futures[i]`` is ``roles[i]``'s)
+    has ended; ``""`` when each ended in an error (the step applied nowhere), else why not."""
+    deadline = time.monotonic() + timeout_s
+    for role, future in zip(roles, futures, strict=True):
+        if role == dead:
+            continue
+        while not future.done():
+            if time.monotonic() > deadline:
+                return f"{role} did not leave the step in flight"
+            time.sleep(0.01)
+        try:
+            future.wait()
+        except Exception:
+            continue
+        return f"{role} finished the step in flight: it cannot be undone"
+    return ""
+
+
+def replacement_refused(
+    dead: str, trainers: Sequence[str], standbys: int, recoveries: Sequence[Recovery]
+) -> str:
+    """Why a dead role cannot take the ``replace`` path of a system whose trainers can be
+    replaced, before anything is asked of the survivors; ``""`` when it can."""
+    if dead not in trainers:
+        return f"{dead} is not a trainer: its state is rebuilt from the checkpoint"
+    if standbys <= sum(r.path == REPLACE for r in recoveries):
+        return "no standby trainer left"
+    return ""

@@ -1,0 +1,140 @@
+"""Replace a dead role in place (path ``replace``) or restart the job (``rollback``), bit-identical.
+
+``sync_ps`` with a standby trainer: a killed trainer is replaced by the standby with no step
+redone, a killed server shard still restarts the whole job from the checkpoint (and says why),
+both in one run; the final model equals an uninterrupted run's bit for bit, and nothing is left
+behind (role processes, the roles' temporary files, network namespaces). The run is on the
+``netns`` back-end where it exists, so the standby lives in a namespace of its own.
+
+The fast-path test can fail only on the fast path: rollback is bit-identical too, so it asserts
+that the ``replace`` path ran, that it redid 0 steps, and that the run trained every step once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import subprocess
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from bagpipe.core.checkpoint import CheckpointStore
+from bagpipe.core.interface import System, TrainContext
+from bagpipe.core.net import NetworkConfig, Topology, netns_available
+from bagpipe.core.net.netns import Switch
+from bagpipe.core.recovery import REPLACE, ROLLBACK
+from bagpipe.harness.run.faults import KillRoles
+from bagpipe.harness.run.recovery import run_with_recovery
+from bagpipe.harness.run.runner import run_training
+from tests.fault.test_kill_roles import CFG, STEPS, Digest, _context, _eval_source, _maker
+
+NETWORK = (
+    NetworkConfig("netns", Topology.uniform(100.0, servers=2))
+    if netns_available() is None else NetworkConfig("model", Topology.uniform(100.0, servers=2))
+)
+
+
+def _children() -> set[int]:
+    """This process's child processes (role processes, namespace holders, the fork server)."""
+    mine = str(os.getpid())
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            if stat.read_text().rsplit(")", 1)[1].split()[1] == mine:
+                found.add(int(stat.parent.name))
+    return found
+
+
+def _leftovers(tmp: Path) -> tuple[set[int], set[str], list[Path]]:
+    """What a run could leave behind: child processes (a namespace lives as long as its holder
+    process), this process's network interfaces (named for its switch: other processes on the
+    machine have their own), the roles' temporary files."""
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    names = {line.split(":")[1].strip().split("@")[0] for line in links.splitlines()}
+    tag = Switch._instance.tag if Switch._instance is not None else None
+    return _children(), {n for n in names if tag and n.startswith(tag)}, sorted(tmp.iterdir())
+
+
+def _network_context() -> TrainContext:
+    return replace(_context(), network=NETWORK)
+
+
+def test_sync_ps_replaces_a_dead_trainer_without_redoing_a_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from baselines.sync_ps import SyncPS
+
+    make, systems = _maker(lambda: SyncPS(num_trainers=2, num_servers=2))
+    reference = Digest(systems)
+    run_training(make(), _network_context(), _eval_source(), CFG, [reference])
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    before = _leftovers(tmp_path / "tmp")  # the switch and the fork server stay: per process
+
+    make, systems = _maker(lambda: SyncPS(num_trainers=2, num_servers=2, standby_trainers=1))
+    digest, killer = Digest(systems), KillRoles({7: "trainer_1", 11: "server_0"})
+    result, recoveries = run_with_recovery(
+        make, _network_context(), _eval_source(), CFG, CheckpointStore(tmp_path / "ckpt"),
+        [killer, digest],
+    )
+    trainer, server = recoveries
+    assert (trainer.role, trainer.path, trainer.failed_step, trainer.steps_redone) == (
+        "trainer_1", REPLACE, 8, 0)
+    assert trainer.recovery_s > 0
+    assert (server.role, server.path, server.resumed_step) == ("server_0", ROLLBACK, 10)
+    assert "not a trainer" in server.fallback
+    assert len(systems) == 2  # the trainer's death did not restart the job
+    assert result.summary["steps_redone"] == server.steps_redone
+    assert [r["path"] for r in result.stats["recoveries"]] == [REPLACE, ROLLBACK]
+    assert [int(m["step"]) for m in result.steps] == list(range(STEPS))
+    assert digest.value == reference.value
+
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("bagpipe-")]
+    assert _leftovers(tmp_path / "tmp") == before
+
+
+def test_without_a_standby_a_trainer_death_rolls_back_and_says_why(tmp_path: Path) -> None:
+    from baselines.sync_ps import SyncPS
+
+    def make() -> System:
+        return SyncPS(num_trainers=2, num_servers=2)
+
+    _, (recovery,) = run_with_recovery(
+        make, _context(), _eval_source(), CFG, CheckpointStore(tmp_path),
+        [KillRoles({6: "trainer_0"})],
+    )
+    assert (recovery.path, recovery.resumed_step, recovery.fallback) == (
+        ROLLBACK, 5, "no standby trainer left")
+
+
+def test_bagpipe_replaces_a_dead_trainer_without_redoing_a_step(tmp_path: Path) -> None:
+    """The dead trainer held partitioned singletons with updates not yet written back: they come
+    back from its update log (``bagpipe.lrpp.updatelog``), the rest from the survivor's cache and
+    the servers, with no step redone; a server shard killed later restarts the job from the
+    checkpoint, and the run ends bit-identical."""
+    from bagpipe.lrpp import Bagpipe
+
+    make, systems = _maker(lambda: Bagpipe(num_trainers=2, num_servers=2, lookahead=8))
+    reference = Digest(systems)
+    run_training(make(), _network_context(), _eval_source(), CFG, [reference])
+
+    make, systems = _maker(
+        lambda: Bagpipe(num_trainers=2, num_servers=2, lookahead=8, standby_trainers=1)
+    )
+    digest = Digest(systems)
+    result, (recovery, server) = run_with_recovery(
+        make, _network_context(), _eval_source(), CFG, CheckpointStore(tmp_path),
+        [KillRoles({7: "trainer_1", 11: "server_0"}), digest],
+    )
+    assert (recovery.role, recovery.path, recovery.failed_step, recovery.steps_redone) == (
+        "trainer_1", REPLACE, 8, 0), recovery.fallback
+    # the checkpoint at step 10 was taken from the rebuilt roles; the job restarts from it
+    assert (server.role, server.path, server.resumed_step) == ("server_0", ROLLBACK, 10)
+    assert len(systems) == 2
+    assert [int(m["step"]) for m in result.steps] == list(range(STEPS))
+    assert digest.value == reference.value
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("bagpipe-")]
