@@ -140,9 +140,10 @@ class FileDataset:
         }
 
 
-def make_dataset(cfg: DatasetConfig) -> SyntheticDataset | FileDataset:
-    """Build the dataset ``cfg`` describes (see the module docstring)."""
-    return SyntheticDataset(cfg) if cfg.kind == "synthetic" else FileDataset(cfg)
+def make_dataset(cfg: DatasetConfig, progress: bool = True) -> SyntheticDataset | FileDataset:
+    """Build the dataset ``cfg`` describes (see the module docstring); ``progress``: show the
+    preparation's progress bar when raw files are prepared."""
+    return SyntheticDataset(cfg) if cfg.kind == "synthetic" else FileDataset(cfg, progress)
 
 
 

@@ -250,7 +250,7 @@ def _prepare(cfg: DictConfig, paths: RunPaths, tags: dict[str, str], record: Run
     run = cfg.run
     torch.set_num_threads(int(run.torch_threads))
     parts = build_parts(cfg)
-    dataset = make_dataset(parts.dataset)
+    dataset = make_dataset(parts.dataset, progress=bool(run.progress))
     network = _dilated(cfg, parts.network, parts.model, dataset.schema, paths, record)
     system_class = get_class(str(cfg.system._target_))
     resumable = issubclass(system_class, System) and system_class.supports_resume
