@@ -223,8 +223,10 @@ class Switch:
                 inside = f"{self.tag}s"
                 _in(self.holder.pid, "ip", "link", "add", "br0", "type", "bridge")
                 _in(self.holder.pid, "ip", "link", "set", "br0", "up")
-                _run("ip", "link", "add", self.driver_ifname, "type", "veth", "peer", "name", inside)
-                _run("ip", "link", "set", inside, "netns", str(self.holder.pid))
+                # Born with its switch end inside the holder's namespace (one command), so a
+                # driver killed at any point leaves no pair behind: the namespace takes it along.
+                _run("ip", "link", "add", self.driver_ifname, "type", "veth", "peer", "name",
+                     inside, "netns", str(self.holder.pid))
                 _in(self.holder.pid, "ip", "link", "set", inside, "master", "br0")
                 _in(self.holder.pid, "ip", "link", "set", inside, "up")
                 _run("ip", "addr", "add", f"{self.driver_address}/{self.subnet.prefixlen}", "dev",
@@ -373,9 +375,9 @@ class NamespaceHosts:
         nic = self.nics[host]
         outside, switch_end = f"{self._tag}h{index}", f"{self._tag}s{index}"
         self._switch_ends[host] = switch_end
-        _run("ip", "link", "add", outside, "type", "veth", "peer", "name", switch_end)
-        _run("ip", "link", "set", outside, "netns", str(self._holders[host].pid))
-        _run("ip", "link", "set", switch_end, "netns", str(self.switch_pid))
+        # Both ends are born in their namespaces (one command): no moment leaves a pair here.
+        _run("ip", "link", "add", outside, "netns", str(self._holders[host].pid), "type", "veth",
+             "peer", "name", switch_end, "netns", str(self.switch_pid))
         assert self.switch.subnet is not None
         prefix = self.switch.subnet.prefixlen
         self._in(host, "ip", "link", "set", outside, "name", self.host_ifname)
