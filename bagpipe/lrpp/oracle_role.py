@@ -90,7 +90,7 @@ class OracleRole:
     def _run(self) -> None:
         planner = self.planner
         reported_s = 0.0
-        for plan in planner.plan(self.source, flush=False):
+        for plan in planner.plan(self.source.global_ids(), flush=False):
             with self._cond:
                 spent_s = planner.stats.planning_time_s
                 self._planning_s += spent_s - reported_s

@@ -30,8 +30,8 @@ Per-iteration record (``StepResult.record``): bytes/rows summed over trainers, p
 trainer 0, cache hits/misses summed over trainers (a miss = the first read of a row since a prefetch
 installed it), counters ``rows_sync_now``/``rows_sync_later`` (rows of the global batch all-reduced on
 / off the critical path), ``rows_singleton`` (rows never all-reduced), ``rows_prefetched``,
-``rows_written_back`` (summed over trainers), ``planning_s`` (oracle time spent planning since the
-previous step), ``rows_fetched_on_demand`` (``prefetch=False``), ``allreduce_bytes_critical`` /
+``rows_written_back`` (summed over trainers), ``planning_s`` (oracle time spent planning between the
+two previous steps' starts), ``rows_fetched_on_demand`` (``prefetch=False``), ``allreduce_bytes_critical`` /
 ``allreduce_bytes_later`` (all-reduce payload on / off the critical path, summed over trainers) and
 ``prefetch_s`` (background prefetch time, summed over trainers).
 """
@@ -124,6 +124,7 @@ class Bagpipe(System):
         self._logs: list[UpdateLog] = []  # per trainer, with standby_trainers (``updatelog``)
         self._recoveries: list[Recovery] = []
         self._groups = 0  # trainer groups made so far (each needs its own rendezvous)
+        self._progress_report: Future | None = None  # the oracle's reply to the last advance
 
     def setup(self, ctx: TrainContext) -> None:
         if ctx.global_batch_size % self.num_trainers:
@@ -199,13 +200,14 @@ class Bagpipe(System):
     def train_step(self, step: int, batch: Batch) -> StepResult:
         deployment, _ = self._require_setup()
         parts = split_batch(batch, self.num_trainers)
+        planning_s = self._previous_planning_s()
         futures = self._issue(step, parts)
         try:
-            *results, planning_s = deployment.wait(futures)
+            results = deployment.wait(futures)
         except RoleFailedError as failure:
             detected_at_s = time.perf_counter()
-            self._replace_trainer(failure, step, futures[:-1])
-            *results, planning_s = deployment.wait(self._issue(step, parts))
+            self._replace_trainer(failure, step, futures)
+            results = deployment.wait(self._issue(step, parts))
             self._recoveries.append(Recovery(
                 role=failure.role, reason=str(failure).splitlines()[0], failed_step=step,
                 resumed_step=step, detected_at_s=detected_at_s,
@@ -219,17 +221,30 @@ class Bagpipe(System):
         return StepResult(loss=float(sum(loss for loss, _, _ in results)), record=record)
 
     def _issue(self, step: int, parts: list[Batch]) -> list[Future]:
-        """Start step ``step`` on every trainer (slice ``k`` to trainer ``k``), then the oracle's
-        progress report: the futures, in that order."""
+        """Tell the oracle that step ``step`` starts, and start it on every trainer (slice ``k``
+        to trainer ``k``): the trainers' futures.
+
+        The oracle's reply (its planning time) is read at the next step
+        (:meth:`_previous_planning_s`): on the target cluster the oracle is a host of its own, and a
+        step must not wait for it to be scheduled on these shared cores.
+        """
         _, oracle = self._require_setup()
         step -= self._step_offset  # the roles number steps from where this run (re)started
-        planning = oracle.rpc_async().advance(step)
+        self._progress_report = oracle.rpc_async().advance(step)
         return [
-            *(trainer.rpc_async(kind=LinkKind.DATA).train_step(
+            trainer.rpc_async(kind=LinkKind.DATA).train_step(
                 step, part.dense_features, ids_matrix(part), part.labels
-            ) for trainer, part in zip(self._trainers, parts, strict=True)),
-            planning,
+            ) for trainer, part in zip(self._trainers, parts, strict=True)
         ]
+
+    def _previous_planning_s(self) -> float:
+        """The oracle's planning time reported when the previous step started (0 for the first);
+        an oracle that stopped planning (a trainer it pushed to died) raises here."""
+        report, self._progress_report = self._progress_report, None
+        if report is None:
+            return 0.0
+        deployment, _ = self._require_setup()
+        return float(deployment.wait(report))
 
     # ------------------------------------------------------------------ recovery
     def _replace_trainer(self, failure: RoleFailedError, step: int, futures: list[Future]) -> None:
@@ -256,6 +271,7 @@ class Bagpipe(System):
             raise failure
         survivors = [t.role for t in self._trainers if t.role != dead]
         deployment.wait([deployment.rpc_async(r, collectives.leave_group) for r in survivors])
+        self._progress_report = None  # the old oracle's; the rebuilt one starts at ``step``
         self._start_roles(ResumePoint(step, state))
 
     def _state_before(

@@ -78,3 +78,12 @@ class TrainingStream:
     def __iter__(self) -> Iterator[Batch]:
         batches = len(self.source)
         return (self.source[step % batches] for step in range(self.first, self.end))
+
+    def global_ids(self) -> Iterator[torch.Tensor]:
+        """The same batches' ``[B, F]`` global row ids, nothing else read (``source.ids``).
+
+        What a planner needs: on a host of its own it would read only the id columns, so here it
+        neither generates nor parses the dense features and labels that the trainers read.
+        """
+        batches, offsets = len(self.source), self.source.schema.table_offsets
+        return (self.source.ids(step % batches) + offsets for step in range(self.first, self.end))

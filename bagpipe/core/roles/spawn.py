@@ -125,6 +125,25 @@ def join_rpc_world(args: RoleArgs) -> None:
     )
 
 
+#: How much lower a helper role's CPU priority is than a trainer's (``yield_cpu_to_trainers``).
+HELPER_NICE = 10
+
+
+def yield_cpu_to_trainers(role: str) -> None:
+    """Give every role but a trainer a lower CPU priority (``nice``), in every system alike.
+
+    On the target cluster the embedding servers and Bagpipe's oracle run on hosts of their own,
+    so their work never takes a core from a trainer. One machine cannot reserve cores (two cores,
+    four or five processes), but it can let a helper run only on what the trainers leave: a
+    helper that the trainers wait for still runs at once (they are not using the cores then),
+    while background work (planning, applying pushes) no longer slows the trainers' forward and
+    backward. The rule is applied here, where every locally spawned role starts, so no system
+    can opt out of it; ``bagpipe.bench.fairness`` checks the result.
+    """
+    if not role.startswith("trainer_"):
+        os.nice(HELPER_NICE)
+
+
 def serve_role(args: RoleArgs) -> None:
     """Body of a role process: join the RPC world, serve calls until the driver shuts down.
 
@@ -139,6 +158,8 @@ def serve_role(args: RoleArgs) -> None:
     if args.parent_pid is not None:
         threading.Thread(target=watch_parent, args=(args.parent_pid,), daemon=True).start()
     torch.set_num_threads(args.options.threads_per_role)
+    if args.parent_pid is not None:
+        yield_cpu_to_trainers(args.role)
     error_dir = Path(args.error_dir) if args.error_dir else None
     runtime.init(args.role, args.options.network, error_dir, args.options.nics)
     try:
