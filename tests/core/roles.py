@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import time
+import traceback
 
 import torch
 
 from bagpipe.core import collectives, runtime
 from bagpipe.core.meter import LinkKind
+from bagpipe.core.net import netns
 from bagpipe.core.roles import Deployment, Rendezvous, RoleRef
 
 
@@ -102,3 +106,65 @@ class Sharer:
 
     def where(self) -> tuple[str, str]:
         return runtime.current().role, os.readlink("/proc/self/ns/net")
+
+
+class HostedTrainer:
+    """A trainer on an emulated host of a launched world (``test_multihost``): says where it
+    lives, all-reduces with its group and pushes tensors to a peer trainer."""
+
+    def __init__(self, spec: Rendezvous, rank: int) -> None:
+        collectives.join_group(spec, rank)
+
+    def where(self) -> tuple[str, str]:
+        """This process's network namespace, and the address its packets to the driver leave
+        from (a UDP ``connect`` sends nothing: it only asks the kernel for the route)."""
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])))
+            address = probe.getsockname()[0]
+        return os.readlink("/proc/self/ns/net"), address
+
+    def allreduce(self, elems: int) -> float:
+        """Sum of the all-reduced vector of ``elems`` ones (``elems`` x the group's size)."""
+        return float(collectives.allreduce(torch.ones(elems))[0].sum())
+
+    def push(self, peer: RoleRef, elems: int) -> int:
+        """Send ``elems`` floats to ``peer`` (role to role, the driver only asks); what it took."""
+        return int(peer.rpc_sync().absorb(torch.ones(elems)))
+
+    def absorb(self, payload: torch.Tensor) -> int:
+        return payload.numel()
+
+
+def launched_rank(
+    view: netns.HostView, env: dict[str, str], roles: list[str], elems: int, report: str
+) -> None:
+    """One rank of a launch across emulated hosts, as a launcher starts it on its node.
+
+    It moves onto its host before it opens a socket and takes its rank and addresses from the
+    launcher's variables. Ranks >= 1 serve a role and exit; rank 0 drives the trainers (their
+    hosts, an all-reduce, a push from one to the other) and writes what it saw to ``report``, or
+    the traceback that stopped it.
+    """
+    netns.enter(view)
+    for var in ("TP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):  # the test process's, not the launcher's
+        os.environ.pop(var, None)
+    os.environ.update(env)
+    deployment = Deployment.from_env(roles)
+    try:
+        with deployment:
+            spec = deployment.new_group("trainers", world_size=len(roles))
+            trainers = [deployment.remote(r, HostedTrainer, spec, k) for k, r in enumerate(roles)]
+            seen = {
+                "driver_netns": os.readlink("/proc/self/ns/net"),
+                "where": deployment.wait([t.rpc_async().where() for t in trainers], timeout_s=60),
+                "allreduce": deployment.wait(
+                    [t.rpc_async().allreduce(elems) for t in trainers], timeout_s=60
+                ),
+                "pushed": deployment.wait(
+                    trainers[0].rpc_async().push(trainers[1], elems), timeout_s=60
+                ),
+            }
+    except BaseException:
+        seen = {"error": traceback.format_exc()}
+    with open(report, "w") as handle:
+        json.dump(seen, handle)

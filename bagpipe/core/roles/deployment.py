@@ -67,6 +67,14 @@ Rank ``r >= 1`` serves as ``roles[r - 1]`` until the driver closes the deploymen
 process; rank 0 returns the driver's Deployment. Liveness there is checked by heartbeat
 RPCs (there are no local child processes to watch), and addresses, ranks and the rendezvous come
 from the environment, as on real nodes. The back-end is usually ``real`` there: the network is.
+
+Across hosts, ``MASTER_ADDR`` is rank 0's address as the other hosts reach it (never
+``127.0.0.1``), and the hosts reach each other on any port: beside ``MASTER_PORT``, TensorPipe
+listens on OS-chosen ports, and so do the groups' and the departure's stores on rank 0. Each process talks on the interface the
+launcher names (``TP_SOCKET_IFNAME``, ``GLOO_SOCKET_IFNAME``), else on the one its route to
+``MASTER_ADDR`` leaves from, so its peers reach it at that interface's address; nothing assumes
+the loopback or the host's name. ``tests/core/test_multihost.py`` launches a world with every rank
+on an emulated host of its own (``netns``), as a launcher would on separate nodes.
 """
 
 from __future__ import annotations
@@ -174,7 +182,9 @@ class Deployment:
         """Join a world started by SLURM/submitit/torchrun (``RANK``, ``WORLD_SIZE``, ``MASTER_*``).
 
         Rank 0 returns the driver's Deployment. Rank ``r >= 1`` serves as ``roles[r-1]`` until the
-        driver closes the deployment, then exits the process: it never returns.
+        driver closes the deployment, then exits the process: it never returns. Every rank talks on
+        the interface the launcher names, else on the one that reaches ``MASTER_ADDR``
+        (``spawn.use_interface_towards``).
         """
         try:
             rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -187,6 +197,7 @@ class Deployment:
             raise ValueError(
                 f"Deployment.from_env: WORLD_SIZE={world_size} but {len(roles)} roles + the driver"
             )
+        spawn.use_interface_towards(os.environ["MASTER_ADDR"])
         if rank == 0:
             return cls(roles, network, _attach_env=True, **kwargs)
         args = spawn.RoleArgs(

@@ -14,9 +14,11 @@ world after another: :func:`reset_rpc_bookkeeping` lets it join the next one.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import queue
 import socket
+import struct
 import sys
 import threading
 import time
@@ -45,6 +47,7 @@ __all__ = [
     "RoleArgs",
     "WorldOptions",
     "free_port",
+    "interface_towards",
     "join_rpc_world",
     "leave_rpc_world",
     "request_stop",
@@ -52,9 +55,12 @@ __all__ = [
     "role_context",
     "serve_role",
     "use_interface",
+    "use_interface_towards",
 ]
 
 _END_S = 2.0  # a terminated role has this long to exit before it is killed
+_SIOCGIFADDR = 0x8915  # ioctl: an interface's (primary) IPv4 address
+_IFNAME_VARS = ("TP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
 # torch's own ``init_rpc`` hands its gloo backend to ``all_gather_object``, which warns that a
 # backend is not a process group: torch's usage, not ours, and harmless, so that warning alone is
@@ -101,6 +107,41 @@ def use_interface(ifname: str) -> None:
     """Make TensorPipe and gloo in this process listen and connect on ``ifname`` only."""
     os.environ["TP_SOCKET_IFNAME"] = ifname
     os.environ["GLOO_SOCKET_IFNAME"] = ifname
+
+
+def interface_towards(address: str) -> str:
+    """The name of this host's interface that packets to ``address`` (an address or a host name)
+    leave from; the one holding ``address`` when it is this host's own.
+
+    A UDP ``connect`` sends nothing: it only asks the kernel for the route and its source address.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((address, 9))
+        source = probe.getsockname()[0]
+        for _, name in socket.if_nameindex():
+            request = struct.pack("256s", name.encode()[:15])
+            try:
+                reply = fcntl.ioctl(probe.fileno(), _SIOCGIFADDR, request)
+            except OSError:  # no IPv4 address on this interface
+                continue
+            if socket.inet_ntoa(reply[20:24]) == source:
+                return name
+    raise OSError(f"no interface of this host has {source}, the route's source towards {address}")
+
+
+def use_interface_towards(address: str) -> None:
+    """Talk on the interface that reaches ``address`` (the world's rendezvous), unless the launcher
+    named one (``TP_SOCKET_IFNAME``, ``GLOO_SOCKET_IFNAME``: each one set is kept).
+
+    Left to themselves TensorPipe and gloo take the address this host's *name* resolves to, which
+    on a host with several NICs (or an emulated host, whose name table does not know the machine's
+    name) may be an interface the other hosts cannot reach, or the loopback.
+    """
+    missing = [var for var in _IFNAME_VARS if not os.environ.get(var)]
+    if missing:
+        ifname = interface_towards(address)
+        for var in missing:
+            os.environ[var] = ifname
 
 
 def join_rpc_world(args: RoleArgs) -> None:
