@@ -30,7 +30,7 @@ Per-iteration record (``StepResult.record``): bytes/rows summed over trainers, p
 trainer 0, cache hits/misses summed over trainers (a miss = the first read of a row since a prefetch
 installed it), counters ``rows_sync_now``/``rows_sync_later`` (rows of the global batch all-reduced on
 / off the critical path), ``rows_singleton`` (rows never all-reduced), ``rows_prefetched``,
-``rows_written_back`` (summed over trainers), ``planning_s`` (oracle time spent planning between the
+``rows_written_back`` (summed over trainers), ``rows_evicted`` (the rounds' evictions, once), ``planning_s`` (oracle time spent planning between the
 two previous steps' starts), ``rows_fetched_on_demand`` (``prefetch=False``), ``allreduce_bytes_critical`` /
 ``allreduce_bytes_later`` (all-reduce payload on / off the critical path, summed over trainers) and
 ``prefetch_s`` (background prefetch time, summed over trainers).

@@ -364,6 +364,8 @@ class BagpipeTrainer:
             range(len(self.servers)),
         ))
         meter.count("rows_written_back", float(mine.numel()))
+        if self.index == 0:  # the round's evictions, once (every trainer drops the same list)
+            meter.count("rows_evicted", float(plan.evict.numel()))
         fetch = plan.prefetch_for(self.index) if self.design.partition else plan.prefetch
         if not self.design.prefetch:  # the round's steps fetch these themselves (_fetch_on_demand)
             self._deferred[plan.round_index] = fetch

@@ -152,3 +152,17 @@ def test_zero_and_subsecond_step_times() -> None:
     s = summarize(_steps([0.25, 0.75]), [StepRecord(phase_s={"forward": 0.25})] * 2, [], cfg,
                   batch_size=8)
     assert s["samples_per_s"] == 16.0 and s["share_forward"] == 0.5
+
+
+def test_counters_are_averaged_over_the_window_and_the_base_rate_comes_with_the_last_eval() -> None:
+    # the warm-up's write-backs are left out: a cache that cycled only while warming up shows 0
+    records = [StepRecord(counters={"rows_written_back": 50.0})] * 2 + [
+        StepRecord(counters={"rows_prefetched": float(i)}) for i in range(1, 5)]
+    evals = [EvalPoint(6, 0.7, 0.5, 1.0, 1.0, positive_rate=0.25)]
+    cfg = RunConfig(num_steps=6, eval_every=0, warmup_steps=2)
+    s = summarize(_steps([1.0] * 6), records, evals, cfg, batch_size=8)
+    assert s["per_iter_rows_written_back"] == 0.0
+    assert s["per_iter_rows_prefetched"] == pytest.approx(2.5)  # (1 + 2 + 3 + 4) / 4
+    assert s["eval_positive_rate"] == 0.25
+    # -(p ln p + (1 - p) ln(1 - p)) at p = 1/4
+    assert s["base_rate_logloss"] == pytest.approx(0.25 * math.log(4) + 0.75 * math.log(4 / 3))

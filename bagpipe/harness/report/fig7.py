@@ -7,8 +7,13 @@ MLflow store (``--from-mlflow``), or a tidy CSV written earlier (``--csv``), and
   after warm-up, AUC, logloss, bytes per iteration per link, hit rate, time to target, speedup);
 * ``results/fig7/mllog/``: the runs' MLPerf logs (``<system>-<model>/<benchmark>/result_<seed>.txt``);
 * ``reports/fig7.png``: per-model iteration time and speedup by system, error bars over seeds;
-* ``reports/fig7.md``: the table, the paper's claim beside ours, how our setting differs, and
-  which machine and commit produced it.
+* ``reports/fig7.md``: the table (each measured speedup beside the cost model's projection for
+  the same dilated network, and whether every run's logloss beats the base rate), the paper's
+  claim beside ours, the regime the runs ran in, the checks Bagpipe's runs must pass, how our
+  setting differs, and which machine and commit produced it.
+
+A result set from several commits or a dirty tree, or whose Bagpipe runs fail a window check
+(:mod:`bagpipe.harness.report.regime`), is refused unless ``allow_unclean`` draws a marked draft.
 """
 
 from __future__ import annotations
@@ -26,6 +31,18 @@ from bagpipe.harness.report.loading import (
 )
 from bagpipe.harness.report.paired import paired_speedup
 from bagpipe.harness.report.plotting import Outputs, provenance, pyplot, save_csv, save_figure
+from bagpipe.harness.report.regime import (
+    AGREES,
+    BEATS_BASE_RATE,
+    Check,
+    agreement,
+    beats_base_rate,
+    projected_speedup,
+    projected_speedup_key,
+    require_passed,
+    window_checks,
+    with_projection,
+)
 from bagpipe.harness.track.mlperf import NOT_CONVERGED, olympic_score
 from bagpipe.harness.track.sweeps import (
     MODEL_ORDER,
@@ -43,15 +60,10 @@ _BASELINES = ("sync_ps", "fae", "het", "torchrec")
 
 def report(runs: RunsTable, reference: str, out: Outputs, allow_unclean: bool = False) -> None:
     """Write the runs table, the runs' mllog files, the figure and the page; refuse a result set
-    that mixes commits or has uncommitted changes unless ``allow_unclean`` (a marked draft)."""
-    draft = False
-    try:
-        require_one_clean_commit(runs.frame, SUITE)
-    except UncleanResultsError as err:
-        if not allow_unclean:
-            raise
-        print(f"[report] DRAFT: {err}")
-        draft = True
+    that mixes commits, has uncommitted changes or fails a check unless ``allow_unclean`` (a
+    marked draft)."""
+    checks = window_checks(runs.frame)
+    draft = _draft_reasons(runs.frame, checks, allow_unclean)
     results = out.results_dir / SUITE
     results.mkdir(parents=True, exist_ok=True)
     if runs.sweep is not None and (runs.sweep / "results").is_dir():
@@ -61,17 +73,36 @@ def report(runs: RunsTable, reference: str, out: Outputs, allow_unclean: bool = 
         save_csv(runs.frame, runs_csv)
     table = summary_table(runs.frame, reference)
     figure = draw(runs.frame, reference, out.figure(SUITE))
-    page = markdown(runs.frame, table, reference, figure, runs.source)
+    page = markdown(runs.frame, table, reference, figure, runs.source, checks)
     if draft:
-        page = f"> **Draft:** these runs do not come from one clean commit.\n\n{page}"
+        page = f"> **Draft:** {' '.join(draft)}\n\n{page}"
     out.page(SUITE).write_text(page)
     print(table.to_string(index=False))
     print(f"wrote {runs_csv}, {figure}, {out.page(SUITE)}")
 
 
+def _draft_reasons(frame: pd.DataFrame, checks: list[Check], allow_unclean: bool) -> list[str]:
+    """Why the result set is only a draft (empty: it is not). Each gate raises its
+    :class:`UncleanResultsError` unless ``allow_unclean``, which turns it into a reason."""
+    reasons = []
+    gates = (lambda: require_one_clean_commit(frame, SUITE),
+             lambda: require_passed(checks, SUITE))
+    for gate in gates:
+        try:
+            gate()
+        except UncleanResultsError as err:
+            if not allow_unclean:
+                raise
+            print(f"[report] DRAFT: {err}")
+            reasons.append(f"{err}.")
+    return reasons
+
+
 def summary_table(frame: pd.DataFrame, reference: str) -> pd.DataFrame:
-    """Per (model, system): iteration time mean and sd over seeds, speedup, AUC, olympic time."""
-    key = speedup_key(reference)
+    """Per (model, system): iteration time mean and sd over seeds, speedup measured and projected
+    (and whether they agree), AUC and the target, logloss against the base rate, olympic time."""
+    key, projected_key = speedup_key(reference), projected_speedup_key(reference)
+    projected = with_projection(frame)
     done = frame[frame["status"] == "FINISHED"].copy()
     done["iter_ms"] = 1000 * done["iter_time_mean_s"]
     if key not in done:
@@ -82,6 +113,8 @@ def summary_table(frame: pd.DataFrame, reference: str) -> pd.DataFrame:
         tta = [t if (isinstance(t, float) and math.isfinite(t)) else NOT_CONVERGED
                for t in all_seeds.get("time_to_target_s", pd.Series(dtype=float)).tolist()]
         paired = paired_speedup(group[key].dropna().tolist())  # one ratio per block (seed)
+        projection = (projected_speedup(projected, str(model), str(system), reference)
+                      if system != "local" else math.nan)
         rows.append(
             {
                 "model": model, "system": system, "runs": len(group),
@@ -89,8 +122,12 @@ def summary_table(frame: pd.DataFrame, reference: str) -> pd.DataFrame:
                 "iter_ms_p50": 1000 * group["iter_time_p50_s"].mean(),
                 key: paired.speedup, f"{key}_ci_low": paired.low, f"{key}_ci_high": paired.high,
                 "verdict": paired.verdict if system != reference else "reference",
+                projected_key: projection, AGREES: agreement(paired.speedup, projection),
                 "auc": group["auc"].mean(),
+                "target_auc": _mean(group, "run.target_auc"),
                 "logloss": group["logloss"].mean(),
+                "base_rate_logloss": _mean(group, "base_rate_logloss"),
+                BEATS_BASE_RATE: beats_base_rate(group),
                 "olympic_time_to_target_s": olympic_score(tta) if tta else None,
             }
         )
@@ -126,9 +163,10 @@ def draw(frame: pd.DataFrame, reference: str, path: Path) -> Path:
 
 
 def markdown(frame: pd.DataFrame, table: pd.DataFrame, reference: str, figure: Path,
-             source: str) -> str:
-    """The report: headline, table, the paper's claim beside ours, setting differences, provenance."""
-    key = speedup_key(reference)
+             source: str, checks: list[Check] | None = None) -> str:
+    """The report: headline, table, the paper's claim beside ours, the regime, the checks,
+    setting differences, provenance."""
+    key, projected_key = speedup_key(reference), projected_speedup_key(reference)
     shas = sorted(set(frame.get("git_sha", pd.Series(["unknown"])).astype(str)))
     lines = [
         f"# {SUITE}: per-iteration time and speedup by system and model",
@@ -136,8 +174,9 @@ def markdown(frame: pd.DataFrame, table: pd.DataFrame, reference: str, figure: P
         f"![{SUITE}]({figure.name})",
         "",
         "| model | system | runs | iter ms (mean ± sd) | p50 ms | "
-        f"speedup vs {reference} [95% CI] | verdict | AUC | logloss | olympic time-to-target s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"speedup vs {reference} [95% CI] | verdict | projected | agrees ±20% | AUC | logloss | "
+        "beats base rate (its logloss) | olympic time-to-target s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for values in table.to_dict("records"):
         lines.append(
@@ -145,18 +184,22 @@ def markdown(frame: pd.DataFrame, table: pd.DataFrame, reference: str, figure: P
             f"{values['iter_ms_mean']:.2f} ± {_num(values['iter_ms_sd'], '.2f')} | "
             f"{values['iter_ms_p50']:.2f} | {_num(values[key], '.2f')}x "
             f"[{_num(values[key + '_ci_low'], '.2f')}, {_num(values[key + '_ci_high'], '.2f')}] | "
-            f"{values['verdict']} | "
+            f"{values['verdict']} | {_num(values[projected_key], '.2f', 'x')} | "
+            f"{values[AGREES] or '–'} | "
             f"{values['auc']:.4f} | {values['logloss']:.4f} | "
+            f"{values[BEATS_BASE_RATE] or '–'} ({_num(values['base_rate_logloss'], '.4f')}) | "
             f"{_num(values['olympic_time_to_target_s'], '.2f')} |"
         )
     lines += ["", "## The paper's claim beside ours", "", f"* Paper: {PAPER_CLAIM}.",
               f"* Ours: {_our_claim(table)}", "",
+              *_regime_lines(frame, table, reference),
+              *_check_lines(checks or [], table),
               "## How our setting differs from the paper's", "",
               "* Roles are processes on one machine, each host of the described cluster an "
               "emulated host with its own NIC (README, *The emulated cluster*), not 8 p3.2xlarge "
               "trainers and their server.",
               "* Compute is CPU; the paper trains on V100 GPUs. Where the network is dilated "
-              "(below), it is slowed by as much as compute is, so communication takes the share "
+              "(*The regime*, above), it is slowed by as much as compute is, so communication takes the share "
               "of an iteration it would take there; CPU work that the cluster runs on other "
               "machines (servers, the oracle) is not slowed and shares these cores.",
               "* Data is Criteo-Kaggle-*shaped* synthetic data (same table-size and skew shape, "
@@ -164,16 +207,70 @@ def markdown(frame: pd.DataFrame, table: pd.DataFrame, reference: str, figure: P
               "Criteo's.",
               "* Models and batch are CPU-sized unless the suite ran with `scale=paper`; runs are "
               "a few dozen iterations, so time-to-target uses the suite's low AUC target.",
-              "", "## How it was measured", "",
-              "* The sweep ran in randomised, interleaved blocks, one per seed: each block one run "
-              "of every (system, model) in a shuffled order (`hydra/sweeper=blocks`). A speedup is "
-              f"the geometric mean over blocks of {reference}'s iteration time / the system's, "
-              "both from the same block, with a 95% Student-t interval on the log ratios; a "
-              "system is *faster* or *slower* only where the interval excludes 1.",
-              *_dilation_lines(frame),
               "", "## Provenance", "", f"* Source: {source}",
               *[f"* {line}" for line in provenance(SUITE, ", ".join(shas))], ""]
     return "\n".join(lines)
+
+
+def _regime_lines(frame: pd.DataFrame, table: pd.DataFrame, reference: str) -> list[str]:
+    """The regime the runs ran in, as the runs recorded it: cluster, back-end, dilation, design,
+    size, the AUC target and the verdict rule."""
+    seeds = sorted(set(frame["seed"].astype(int))) if "seed" in frame else []
+    return [
+        "## The regime", "",
+        f"* Topology: {_distinct(frame, 'cluster')} (tag `cluster`); trainers: "
+        f"{_distinct(frame, 'trainers')}; embedding-server hosts: "
+        f"{_distinct(frame, 'topology.servers')}; network back-end: "
+        f"{_distinct(frame, 'network.backend')}.",
+        *_dilation_lines(frame),
+        f"* Design: {len(seeds)} blocks, one per seed ({', '.join(map(str, seeds))}); each block "
+        "one run of every (system, model), in an order randomised per block "
+        "(`hydra/sweeper=blocks`).",
+        f"* Size: steps: {_distinct(frame, 'run.steps')}, of them warm-up (not timed): "
+        f"{_distinct(frame, 'run.warmup_steps')}; global batch: "
+        f"{_distinct(frame, 'run.batch_size')}; trainers: {_distinct(frame, 'trainers')}.",
+        *_target_lines(frame, table),
+        f"* Verdict: a speedup is the geometric mean over blocks of {reference}'s iteration time "
+        "/ the system's, both from the same block, with a 95% Student-t interval on the log "
+        "ratios; a system is *faster* or *slower* only where the interval excludes 1.",
+        f"* Projected: {reference}'s cost-model iteration time / the system's, each run's "
+        "measured bytes priced on the same topology with the network dilated by the runs' d and "
+        "a trainer's compute as measured here (`dilation.compute_here_ms`); *agrees* where "
+        "|measured / projected - 1| <= 0.2 (`bagpipe/harness/report/regime.py`).", "",
+    ]
+
+
+def _target_lines(frame: pd.DataFrame, table: pd.DataFrame) -> list[str]:
+    """Per model, the AUC that time-to-target counts to, beside where local's curve ends."""
+    if "run.target_auc" not in frame:
+        return ["* Time to target: the runs did not record their AUC target."]
+    local = {str(r["model"]): r["auc"] for r in table.to_dict("records") if r["system"] == "local"}
+    return [f"* {model}: time to target = time to AUC {_distinct(group, 'run.target_auc')} "
+            f"(`run.target_auc`; local's curve ends at AUC {_num(local.get(str(model)), '.4f')})."
+            for model, group in frame.groupby("model", sort=False)]
+
+
+def _check_lines(checks: list[Check], table: pd.DataFrame) -> list[str]:
+    """Each check with its value and PASS/FAIL, then whether every model learns."""
+    lines = ["## Checks", "", "Bagpipe's timed window (past the warm-up) must hold evictions, "
+             "write-backs and background prefetches:", ""]
+    lines += [f"* {check.line()}" for check in checks] or ["* no finished Bagpipe run."]
+    lines += ["", "Every model learns: each run's eval logloss below the constant base-rate "
+              "predictor's, -(p ln p + (1-p) ln(1-p)) with p the eval labels' positive rate:", ""]
+    for values in table.to_dict("records"):
+        verdict = values[BEATS_BASE_RATE] or "not recorded"
+        lines.append(f"* {values['model']} / {values['system']}: logloss "
+                     f"{values['logloss']:.4f} vs base rate "
+                     f"{_num(values['base_rate_logloss'], '.4f')}: {verdict}.")
+    return [*lines, ""]
+
+
+def _distinct(frame: pd.DataFrame, column: str) -> str:
+    """The distinct recorded values of ``column``, comma-joined (``not recorded`` if none)."""
+    if column not in frame:
+        return "not recorded"
+    values = [str(v) for v in dict.fromkeys(frame[column].dropna()) if str(v) != ""]
+    return ", ".join(values) or "not recorded"
 
 
 def _dilation_lines(frame: pd.DataFrame) -> list[str]:
@@ -206,8 +303,15 @@ def _our_claim(table: pd.DataFrame) -> str:
             f"the smallest ratio over any baseline is {worst:.2f}x.")
 
 
-def _num(value: object, fmt: str) -> str:
+def _mean(group: pd.DataFrame, column: str) -> float:
+    """Mean of ``column`` as numbers (params come as text from records); ``nan`` if absent."""
+    if column not in group:
+        return math.nan
+    return float(pd.to_numeric(group[column], errors="coerce").mean())
+
+
+def _num(value: object, fmt: str, unit: str = "") -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "–"
-    return format(value, fmt)
+    return format(value, fmt) + unit
 

@@ -1,11 +1,14 @@
 """Evaluation, identical for every system: load ``full_state()`` into a ``ReferenceModel`` and score.
 
 AUC is the rank statistic (Mann-Whitney U, ties averaged), computed exactly over all evaluation
-examples; logloss is the mean binary cross-entropy of the logits.
+examples; logloss is the mean binary cross-entropy of the logits. Beside them, the evaluation
+labels' positive rate ``p`` and the logloss of the constant predictor ``p``
+(:func:`base_rate_logloss`): a model whose logloss is not below it has learnt nothing.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -40,11 +43,21 @@ def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
     return (rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg)
 
 
+def base_rate_logloss(positive_rate: float) -> float:
+    """Logloss of always predicting ``p = positive_rate``: ``-(p ln p + (1-p) ln(1-p))``, the bar a
+    model's logloss must beat to have learnt anything (0 for labels of one class)."""
+    p = positive_rate
+    if not 0.0 <= p <= 1.0:
+        return math.nan
+    return -sum(q * math.log(q) for q in (p, 1.0 - p) if q > 0.0)
+
+
 @dataclass(frozen=True)
 class EvalScores:
     auc: float
     logloss: float
     examples: int
+    positive_rate: float = math.nan
 
 
 class Evaluator:
@@ -69,7 +82,9 @@ class Evaluator:
             labels.append(batch.labels)
         all_logits, all_labels = torch.cat(logits), torch.cat(labels)
         logloss = float(bce_loss_sum(all_logits, all_labels)) / all_labels.numel()
-        return EvalScores(roc_auc(all_logits, all_labels), logloss, all_labels.numel())
+        positive_rate = float((all_labels > 0.5).to(torch.float64).mean())
+        return EvalScores(roc_auc(all_logits, all_labels), logloss, all_labels.numel(),
+                          positive_rate)
 
 
 def evaluate(

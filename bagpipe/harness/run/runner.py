@@ -41,6 +41,7 @@ run is not longer than the warm-up, every step is measured.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -65,7 +66,7 @@ from bagpipe.core.meter import LinkKind, Phase, StepRecord
 from bagpipe.core.net.report import NetworkReport
 from bagpipe.core.roles import last_network_report
 from bagpipe.core.source import BatchSource
-from bagpipe.harness.run.evaluate import Evaluator
+from bagpipe.harness.run.evaluate import Evaluator, base_rate_logloss
 from bagpipe.harness.run.readahead import ReadAhead
 
 
@@ -119,6 +120,7 @@ class EvalPoint:
     epoch_fraction: float
     wall_s: float
     eval_s: float = 0.0
+    positive_rate: float = math.nan  # of the evaluation labels: the base rate logloss must beat
 
 
 @dataclass
@@ -334,6 +336,7 @@ class _TrainingLoop:
             epoch_fraction=epoch_fraction,
             wall_s=time.perf_counter() - self.run_start,
             eval_s=eval_s,
+            positive_rate=scores.positive_rate,
         )
         self.result.evals.append(point)
         notify(self.callbacks, "on_eval", point)
@@ -392,8 +395,12 @@ def summarize(
     ``bytes_per_iter_<kind>`` and ``rows_per_iter_<kind>`` for every :class:`LinkKind`,
     ``time_<phase>_s`` (mean per iteration) and ``share_<phase>`` (of the mean iteration time)
     for every :class:`Phase`, ``hit_rate`` (``nan`` for a system without a cache), ``auc``,
-    ``logloss``, ``epoch_fraction`` (of the last evaluation) and ``train_loss_last`` (mean loss of
-    the last ten steps).
+    ``logloss``, ``epoch_fraction`` (of the last evaluation), ``eval_positive_rate`` and
+    ``base_rate_logloss`` (the evaluation labels' positive rate and the constant predictor's
+    logloss, the bar ``logloss`` must beat), ``train_loss_last`` (mean loss of the last ten steps)
+    and ``per_iter_<counter>`` for every counter of the system's step records (``rows_prefetched``,
+    ``rows_written_back`` ...): means over the window, so a report can check what happened after
+    the warm-up, which the system's own totals (``system_total_*``) do not separate.
     """
     first = cfg.warmup_steps if cfg.warmup_steps < len(steps) else 0
     window = steps[first:]
@@ -419,12 +426,17 @@ def summarize(
         phase_s = total.phase_s.get(phase, 0.0) / count
         summary[f"time_{phase}_s"] = phase_s
         summary[f"share_{phase}"] = phase_s / mean_s if mean_s > 0 else 0.0
+    # every counter the run ever counted, so one silent in the window reads 0, not "not recorded"
+    for name in dict.fromkeys(key for record in records for key in record.counters):
+        summary[f"per_iter_{name}"] = total.counters.get(name, 0.0) / count
     hit_rate = total.hit_rate
     summary["hit_rate"] = float("nan") if hit_rate is None else hit_rate
     last = evals[-1] if evals else None
     summary["auc"] = last.auc if last else float("nan")
     summary["logloss"] = last.logloss if last else float("nan")
     summary["epoch_fraction"] = last.epoch_fraction if last else float("nan")
+    summary["eval_positive_rate"] = last.positive_rate if last else float("nan")
+    summary["base_rate_logloss"] = base_rate_logloss(summary["eval_positive_rate"])
     return summary
 
 

@@ -73,8 +73,21 @@ def _identity(record: RunRecord) -> tuple[str, ...]:
     )
 
 
+#: Params a row carries beside the metrics: the regime a report states and projects onto (the
+#: topology, its back-end and dilation, the run's size and target). Keys ending in ``.`` are
+#: prefixes.
+REGIME_PARAMS = ("dilation.", "topology.", "network.", "trainers", "run.steps", "run.batch_size",
+                 "run.warmup_steps", "run.target_auc", "model.embedding_dim")
+
+
+def _regime_params(params: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in params.items()
+            if any(k.startswith(p) if p.endswith(".") else k == p for p in REGIME_PARAMS)}
+
+
 def runs_frame(records: Sequence[RunRecord]) -> pd.DataFrame:
-    """One tidy row per run: identity, status, then every summary metric."""
+    """One tidy row per run: identity, status, the cluster it ran on (tag ``cluster``), its
+    :data:`REGIME_PARAMS`, then every summary metric."""
     rows = []
     for record in records:
         system, model, dataset, seed = _identity(record)
@@ -88,7 +101,8 @@ def runs_frame(records: Sequence[RunRecord]) -> pd.DataFrame:
                 "status": record.status,
                 "run_name": record.run_name,
                 "git_sha": record.tags.get("git_sha", "unknown"),
-                **{k: v for k, v in record.params.items() if k.startswith("dilation.")},
+                "cluster": record.tags.get("cluster", ""),
+                **_regime_params(record.params),
                 **record.summary,
             }
         )

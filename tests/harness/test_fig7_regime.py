@@ -1,0 +1,142 @@
+"""fig7 in the paper's regime (#16): the projection beside each measured speedup, Bagpipe's window
+checks that refuse a report, and the base rate every model's logloss must beat.
+
+Runs are synthetic records (no training); expected projections are priced on a topology dilated
+by hand, not through :meth:`Topology.dilated`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bagpipe.core.net import Topology
+from bagpipe.harness.report.cli import main as report_main
+from bagpipe.harness.report.costmodel import Workload, predict
+from bagpipe.harness.report.fig7 import summary_table
+from bagpipe.harness.run.evaluate import base_rate_logloss
+from bagpipe.harness.track.record import RunRecord
+from bagpipe.harness.track.sweeps import add_speedups, runs_frame
+
+GBPS, LATENCY_US, DILATION, COMPUTE_MS = 10.0, 50.0, 4.0, 20.0
+TOPOLOGY = Topology.uniform(GBPS, LATENCY_US, trainers=2, servers=1, name="tiny")
+#: Bytes per iteration each system moved (summed over trainers).
+BYTES = {"sync_ps": {"emb_pull": 4e6, "emb_push": 4e6, "allreduce": 1e5},
+         "torchrec": {"alltoall": 1e6, "allreduce": 1e5}}
+
+
+def _topology_params(topology: Topology) -> dict[str, str]:
+    """``topology.*`` params as the runner records them (the resolved config, flattened)."""
+    out: dict[str, str] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}.{key}")
+        else:
+            out[prefix] = str(node)
+
+    walk(dataclasses.asdict(topology), "topology")
+    return out
+
+
+def _record(system: str, iter_s: float, *, seed: int = 0, **summary: float) -> RunRecord:
+    params = {"seed": str(seed), "trainers": "2", "model.embedding_dim": "8",
+              "run.target_auc": "0.65", "dilation.factor": str(DILATION),
+              "dilation.compute_here_ms": str(COMPUTE_MS), **_topology_params(TOPOLOGY)}
+    return RunRecord(
+        run_name=f"{system}-dlrm-s{seed}", experiment="e", params=params,
+        tags={"system": system, "model": "dlrm", "dataset": "d", "suite": "fig7",
+              "git_sha": "abc123", "cluster": "tiny"},
+        summary={"iter_time_mean_s": iter_s, "iter_time_p50_s": iter_s, "auc": 0.7,
+                 "logloss": 0.5, "base_rate_logloss": 0.6,
+                 **{f"bytes_per_iter_{k}": v for k, v in BYTES.get(system, {}).items()},
+                 **summary},
+        status="FINISHED",
+    )
+
+
+def _by_hand(system: str) -> float:
+    """The projected iteration time on the tiny topology dilated by hand."""
+    slow = Topology.uniform(GBPS / DILATION, LATENCY_US * DILATION, trainers=2, servers=1)
+    work = Workload(system, BYTES[system], {}, COMPUTE_MS / 1000, trainers=2, servers=1,
+                    row_bytes=4 * 8)
+    return predict(work, slow).iter_s
+
+
+def test_the_projection_stands_beside_the_measurement_with_its_agreement() -> None:
+    projected = _by_hand("sync_ps") / _by_hand("torchrec")
+    assert projected > 1.0  # the example means something: all-to-all is cheaper here
+    agreeing = [_record("sync_ps", 1.0, seed=seed) for seed in range(2)] + [
+        _record("torchrec", 1.0 / (1.1 * projected), seed=seed) for seed in range(2)]
+    add_speedups(agreeing, "sync_ps")
+    table = summary_table(runs_frame(agreeing), "sync_ps").set_index("system")
+    assert table.loc["torchrec", "projected_speedup_vs_sync_ps"] == pytest.approx(projected)
+    assert table.loc["torchrec", "agrees_within_20pct"] == "yes"  # measured 1.1x the projection
+    assert table.loc["sync_ps", "projected_speedup_vs_sync_ps"] == pytest.approx(1.0)
+    far = [_record("sync_ps", 1.0), _record("torchrec", 1.0 / (1.3 * projected))]
+    add_speedups(far, "sync_ps")
+    table = summary_table(runs_frame(far), "sync_ps").set_index("system")
+    assert table.loc["torchrec", "agrees_within_20pct"] == "no"
+
+
+def test_runs_without_what_a_projection_needs_leave_the_column_empty() -> None:
+    records = [_record("sync_ps", 1.0), _record("torchrec", 0.5), _record("local", 0.2)]
+    for record in records:
+        del record.params["dilation.compute_here_ms"]  # a fixed dilation, or an old record
+    add_speedups(records, "sync_ps")
+    table = summary_table(runs_frame(records), "sync_ps").set_index("system")
+    assert table["projected_speedup_vs_sync_ps"].isna().all()
+    assert set(table["agrees_within_20pct"]) == {""}
+
+
+def _report(tmp_path: Path, records: list[RunRecord], *extra: str) -> int:
+    add_speedups(records, "sync_ps")
+    csv = tmp_path / "in.csv"
+    runs_frame(records).to_csv(csv, index=False)
+    return report_main(["fig7", "--csv", str(csv), "--results-dir", str(tmp_path / "results"),
+                        "--reports-dir", str(tmp_path / "reports"), *extra])
+
+
+def test_bagpipe_without_write_backs_in_its_timed_window_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    records = [_record("sync_ps", 1.0), _record("local", 0.2),
+               _record("bagpipe", 0.5, per_iter_rows_written_back=0.0,
+                       per_iter_rows_evicted=3.0, per_iter_rows_prefetched=9.0)]
+    assert _report(tmp_path, records) == 1
+    error = capsys.readouterr().err
+    assert "bagpipe-dlrm-s0: write-backs (per_iter_rows_written_back = 0.0)" in error
+    assert "evictions" not in error  # only the failed check is named
+    assert not (tmp_path / "reports" / "fig7.md").exists()
+    assert _report(tmp_path, records, "--allow-unclean") == 0
+    page = (tmp_path / "reports" / "fig7.md").read_text()
+    assert page.startswith("> **Draft:**")
+    assert ("bagpipe-dlrm-s0: write-backs in the timed window (`per_iter_rows_written_back`) "
+            "= 0 rows/iteration: FAIL") in page
+    assert "evictions in the timed window (`per_iter_rows_evicted`) = 3 rows/iteration: PASS" in page
+    assert "* Topology: tiny (tag `cluster`); trainers: 2;" in page
+    assert "* dlrm: time to target = time to AUC 0.65 (`run.target_auc`" in page
+
+
+def test_the_page_says_whether_each_model_beats_the_base_rate(tmp_path: Path) -> None:
+    records = [_record("sync_ps", 1.0), _record("local", 0.2, logloss=0.7)]
+    assert _report(tmp_path, records) == 0
+    page = (tmp_path / "reports" / "fig7.md").read_text()
+    assert "* dlrm / sync_ps: logloss 0.5000 vs base rate 0.6000: yes." in page
+    assert "* dlrm / local: logloss 0.7000 vs base rate 0.6000: no." in page
+
+
+@pytest.mark.parametrize(("p", "want"), [
+    (0.5, math.log(2)),
+    (0.25, -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))),
+    (0.0, 0.0),  # one class: the constant predictor is exact
+    (1.0, 0.0),
+])
+def test_base_rate_logloss(p: float, want: float) -> None:
+    assert base_rate_logloss(p) == pytest.approx(want, abs=1e-15)
+    assert math.isnan(base_rate_logloss(math.nan))
