@@ -221,7 +221,8 @@ def _regime_lines(frame: pd.DataFrame, table: pd.DataFrame, reference: str) -> l
         f"* Topology: {_distinct(frame, 'cluster')} (tag `cluster`); trainers: "
         f"{_distinct(frame, 'trainers')}; embedding-server hosts: "
         f"{_distinct(frame, 'topology.servers')}; network back-end: "
-        f"{_distinct(frame, 'network.backend')}.",
+        f"{_distinct(frame, 'network.backend_used')} (asked: "
+        f"{_distinct(frame, 'network.backend')}).",
         *_dilation_lines(frame),
         f"* Design: {len(seeds)} blocks, one per seed ({', '.join(map(str, seeds))}); each block "
         "one run of every (system, model), in an order randomised per block "

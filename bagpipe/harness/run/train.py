@@ -271,7 +271,8 @@ def _prepare(cfg: DictConfig, paths: RunPaths, tags: dict[str, str], record: Run
 def _dilated(cfg: DictConfig, network: NetworkConfig, model: ModelConfig, schema: DatasetSchema,
              paths: RunPaths, record: RunRecord) -> NetworkConfig:
     """The run's network with ``dilation: auto`` resolved (once per sweep and model, in the sweep
-    directory), the factor and its compute times in the record's params and ``dilation`` tag."""
+    directory), the factor and its compute times in the record's params and ``dilation`` tag, and
+    the back-end that ran (``network.backend_used``)."""
     from bagpipe.harness.run.dilation import Dilation, calibrated, parse_dilation
 
     if parse_dilation(cfg.network.dilation) is None:
@@ -282,6 +283,7 @@ def _dilated(cfg: DictConfig, network: NetworkConfig, model: ModelConfig, schema
     else:
         dilation = Dilation(network.dilation)
     record.params.update(dilation.as_params())
+    record.params["network.backend_used"] = network.backend  # what ``auto`` resolved to here
     record.tags["dilation"] = f"{dilation.factor:.4g}"
     return network
 
