@@ -124,7 +124,7 @@ def mutants(session: nox.Session) -> None:
 #: Every suite with a report (``python -m bagpipe.harness.report <suite>``): the Hydra sweeps it
 #: needs first (none: pure data).
 REPORT_SUITES = {
-    "fig7": ("fig7",),
+    "fig7": ("fig7", "fig7_dilation"),
     "datasets": ("datasets",),
     "skew": (),
     "breakdown": ("breakdown",),

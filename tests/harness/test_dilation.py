@@ -79,3 +79,14 @@ def test_the_measurement_times_a_real_slice_in_every_trainer_process() -> None:
 
     model = build_dense_model(TINY_MODEL, TINY_SCHEMA, 0)
     assert dense_params == sum(p.numel() for p in model.parameters())
+
+
+def test_a_scaled_dilation_moves_the_factor_and_says_by_how_much() -> None:
+    """``network.dilation_scale`` (fig7's d/2 and 2d check) multiplies the factor; the compute
+    times it came from stay, so the projection still reads them."""
+    half = Dilation(4.0, 0.040, 0.010).scaled(0.5)
+    assert half == Dilation(2.0, 0.040, 0.010, scale=0.5)
+    assert half.as_params()["dilation.scale"] == "0.5"
+    assert half.as_params()["dilation.factor"] == "2"
+    with pytest.raises(ValueError, match=r"network\.dilation_scale"):
+        half.scaled(0.0)

@@ -140,3 +140,23 @@ def test_the_page_says_whether_each_model_beats_the_base_rate(tmp_path: Path) ->
 def test_base_rate_logloss(p: float, want: float) -> None:
     assert base_rate_logloss(p) == pytest.approx(want, abs=1e-15)
     assert math.isnan(base_rate_logloss(math.nan))
+
+
+def test_the_rescaled_runs_stand_beside_fig7s_at_each_dilation() -> None:
+    """fig7_dilation's d/2 and 2d runs are reported per scale beside fig7's own (scale 1)."""
+    from bagpipe.harness.report.fig7 import rescaled_lines
+
+    def runs(scale: float, torchrec_s: float) -> list[RunRecord]:
+        made = [_record("sync_ps", 1.0, seed=s) for s in range(2)] + [
+            _record("torchrec", torchrec_s, seed=s) for s in range(2)]
+        for record in made:
+            record.params["dilation.scale"] = str(scale)
+        add_speedups(made, "sync_ps")
+        return made
+
+    fig7 = runs_frame(runs(1.0, 0.5))
+    rescaled = runs_frame(runs(0.5, 0.8) + runs(2.0, 0.25))
+    lines = rescaled_lines(fig7, rescaled, "sync_ps", "sweep x")
+    rows = [line for line in lines if line.startswith("| ") and "torchrec" in line]
+    assert [row.split(" | ")[0] for row in rows] == ["| 0.5 d (4)", "| 1 d (4)", "| 2 d (4)"]
+    assert [row.split(" | ")[2].split("x")[0] for row in rows] == ["1.25", "2.00", "4.00"]

@@ -70,8 +70,18 @@ def _fig7(args: argparse.Namespace) -> list[Path]:
         runs = table_from_mlflow(args.from_mlflow, args.experiment, fig7.SUITE)
     else:
         runs = table_from_sweep(_sweep(args), args.reference)
-    fig7.report(runs, args.reference, _outputs(args), allow_unclean=args.allow_unclean)
-    return [runs.sweep] if runs.sweep is not None else []
+    rescaled = _rescaled(args) if runs.sweep is not None else None
+    fig7.report(runs, args.reference, _outputs(args), allow_unclean=args.allow_unclean,
+                rescaled=rescaled)
+    return [table.sweep for table in (runs, rescaled) if table is not None and table.sweep]
+
+
+def _rescaled(args: argparse.Namespace) -> RunsTable | None:
+    """The newest ``fig7_dilation`` sweep (DLRM at d/2 and 2d), if one has run."""
+    if args.sweep_dir is not None or not (args.multirun_root / fig7.RESCALED_SUITE).is_dir():
+        return None
+    (sweep,) = sweeps(args.multirun_root, fig7.RESCALED_SUITE)
+    return table_from_sweep(sweep, args.reference)
 
 
 def _datasets(args: argparse.Namespace) -> list[Path]:

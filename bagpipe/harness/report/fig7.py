@@ -56,14 +56,20 @@ SUITE = "fig7"
 #: What the paper claims for the headline comparison (bagpipe.md, "Figure numbering").
 PAPER_CLAIM = "up to 5.6x faster training than state-of-the-art baselines (SOSP'23 abstract)"
 _BASELINES = ("sync_ps", "fae", "het", "torchrec")
+RESCALED_SUITE = "fig7_dilation"
+#: The ``fig7_dilation`` runs (DLRM at d/2 and 2d), beside ``runs.csv`` in ``results/fig7``.
+RESCALED_CSV = "runs_dilation.csv"
 
 
-def report(runs: RunsTable, reference: str, out: Outputs, allow_unclean: bool = False) -> None:
+def report(runs: RunsTable, reference: str, out: Outputs, allow_unclean: bool = False,
+           rescaled: RunsTable | None = None) -> None:
     """Write the runs table, the runs' mllog files, the figure and the page; refuse a result set
     that mixes commits, has uncommitted changes or fails a check unless ``allow_unclean`` (a
-    marked draft)."""
-    checks = window_checks(runs.frame)
-    draft = _draft_reasons(runs.frame, checks, allow_unclean)
+    marked draft). ``rescaled``: the ``fig7_dilation`` sweep (DLRM at d/2 and 2d), reported
+    beside the fig7 runs at d and held to the same rules."""
+    both = runs.frame if rescaled is None else pd.concat([runs.frame, rescaled.frame])
+    checks = window_checks(both)
+    draft = _draft_reasons(both, checks, allow_unclean)
     results = out.results_dir / SUITE
     results.mkdir(parents=True, exist_ok=True)
     if runs.sweep is not None and (runs.sweep / "results").is_dir():
@@ -74,11 +80,43 @@ def report(runs: RunsTable, reference: str, out: Outputs, allow_unclean: bool = 
     table = summary_table(runs.frame, reference)
     figure = draw(runs.frame, reference, out.figure(SUITE))
     page = markdown(runs.frame, table, reference, figure, runs.source, checks)
+    if rescaled is not None:
+        save_csv(rescaled.frame, results / RESCALED_CSV)
+        page += "\n".join(rescaled_lines(runs.frame, rescaled.frame, reference, rescaled.source))
     if draft:
         page = f"> **Draft:** {' '.join(draft)}\n\n{page}"
     out.page(SUITE).write_text(page)
     print(table.to_string(index=False))
     print(f"wrote {runs_csv}, {figure}, {out.page(SUITE)}")
+
+
+def rescaled_lines(fig7_frame: pd.DataFrame, rescaled: pd.DataFrame, reference: str,
+                   source: str) -> list[str]:
+    """The "d/2 and 2d" section: per dilation scale and system, DLRM's measured speedup beside
+    the projected one. ``d`` is derived from the topology's compute estimate, itself an
+    estimate; if the cost model explains the measurements, both move together as ``d`` moves."""
+    key, projected_key = speedup_key(reference), projected_speedup_key(reference)
+    dlrm = fig7_frame[fig7_frame["model"] == "dlrm"].assign(**{"dilation.scale": 1.0})
+    frames = pd.concat([dlrm, rescaled])
+    lines = ["", "## d/2 and 2d (DLRM)", "",
+             f"Source: {source} (`suite=fig7_dilation`), beside the fig7 runs at d.", "",
+             f"| d | system | measured speedup vs {reference} [95% CI] | projected | "
+             "agrees ±20% |", "|---|---|---|---|---|"]
+    scales = sorted({float(v) for v in frames["dilation.scale"].dropna()})
+    for scale in scales:
+        runs = frames[frames["dilation.scale"].astype(float) == scale]
+        factors = sorted({float(v) for v in runs["dilation.factor"].dropna()})
+        label = f"{scale:g} d ({', '.join(f'{f:.3g}' for f in factors)})"
+        for values in summary_table(runs, reference).to_dict("records"):
+            if values["system"] in ("local", reference):
+                continue
+            lines.append(
+                f"| {label} | {values['system']} | {_num(values[key], '.2f')}x "
+                f"[{_num(values[key + '_ci_low'], '.2f')}, "
+                f"{_num(values[key + '_ci_high'], '.2f')}] | "
+                f"{_num(values[projected_key], '.2f', 'x')} | {values[AGREES] or '–'} |"
+            )
+    return [*lines, ""]
 
 
 def _draft_reasons(frame: pd.DataFrame, checks: list[Check], allow_unclean: bool) -> list[str]:

@@ -25,7 +25,7 @@ import json
 import multiprocessing
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from bagpipe.core.batch import DatasetSchema
@@ -43,10 +43,17 @@ class Dilation:
     factor: float
     compute_here_s: float | None = None
     compute_target_s: float | None = None
+    scale: float = 1.0  # ``network.dilation_scale``, already in ``factor``
+
+    def scaled(self, scale: float) -> Dilation:
+        """This dilation times ``scale`` (``network.dilation_scale``; > 0)."""
+        if not scale > 0:
+            raise ValueError(f"network.dilation_scale must be > 0, got {scale!r}")
+        return replace(self, factor=self.factor * scale, scale=self.scale * scale)
 
     def as_params(self) -> dict[str, str]:
-        """What a run records: the factor, and the compute times when it was calibrated."""
-        out = {"dilation.factor": f"{self.factor:.6g}"}
+        """What a run records: the factor, its scale, and the compute times when calibrated."""
+        out = {"dilation.factor": f"{self.factor:.6g}", "dilation.scale": f"{self.scale:.6g}"}
         if self.compute_here_s is not None and self.compute_target_s is not None:
             out["dilation.compute_here_ms"] = f"{1000 * self.compute_here_s:.4g}"
             out["dilation.compute_target_ms"] = f"{1000 * self.compute_target_s:.4g}"

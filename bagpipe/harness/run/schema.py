@@ -199,6 +199,9 @@ class NetworkSchema:
 
     backend: Backend = Backend.auto
     dilation: typing.Union[float, int, str] = 1.0  # noqa: UP007 (OmegaConf reads typing.Union)
+    #: Multiplies the dilation (a number or ``auto``'s), to show that measured and projected
+    #: times move together when the regime moves (fig7's d/2 and 2d check: suite=fig7_dilation).
+    dilation_scale: float = 1.0
 
 
 @dataclass

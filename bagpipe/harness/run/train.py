@@ -271,17 +271,18 @@ def _prepare(cfg: DictConfig, paths: RunPaths, tags: dict[str, str], record: Run
 def _dilated(cfg: DictConfig, network: NetworkConfig, model: ModelConfig, schema: DatasetSchema,
              paths: RunPaths, record: RunRecord) -> NetworkConfig:
     """The run's network with ``dilation: auto`` resolved (once per sweep and model, in the sweep
-    directory), the factor and its compute times in the record's params and ``dilation`` tag, and
-    the back-end that ran (``network.backend_used``)."""
+    directory) and ``dilation_scale`` applied; the factor, its scale and compute times in the
+    record's params and ``dilation`` tag, and the back-end that ran (``network.backend_used``)."""
     from bagpipe.harness.run.dilation import Dilation, calibrated, parse_dilation
 
     if parse_dilation(cfg.network.dilation) is None:
         dilation = calibrated(model, schema, network.topology, int(cfg.run.batch_size),
                               int(cfg.run.torch_threads),
                               (paths.sweep_dir or paths.run_dir) / "dilation")
-        network = dataclasses.replace(network, dilation=dilation.factor)
     else:
         dilation = Dilation(network.dilation)
+    dilation = dilation.scaled(float(cfg.network.dilation_scale))
+    network = dataclasses.replace(network, dilation=dilation.factor)
     record.params.update(dilation.as_params())
     record.params["network.backend_used"] = network.backend  # what ``auto`` resolved to here
     record.tags["dilation"] = f"{dilation.factor:.4g}"
