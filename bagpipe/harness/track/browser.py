@@ -88,7 +88,8 @@ class ExperimentUI:
     def show_column(self, metric: str) -> None:
         """Add ``metric`` to the table's columns (the "Columns" menu, searched by name)."""
         page = self.page
-        page.get_by_role("button", name="Columns").click()
+        # exact: a wide table also has a "Show more columns (N total)" button
+        page.get_by_role("button", name="Columns", exact=True).click()
         page.get_by_placeholder("Search columns").fill(metric)
         page.get_by_text(metric, exact=True).first.click()
         page.keyboard.press("Escape")
