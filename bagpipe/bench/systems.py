@@ -32,6 +32,8 @@ from bagpipe.core.interface import OptimConfig, TrainContext
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
 from bagpipe.core.net import NetworkConfig, Topology, resolve_backend
 from bagpipe.core.registry import load_system
+from bagpipe.core.roles.cpu import roles_cpu_s
+from bagpipe.core.roles.deployment import role_kind
 from bagpipe.data import DatasetConfig, make_dataset
 from bagpipe.models import paper_config
 
@@ -75,14 +77,19 @@ def _measure(spec: SystemSpec, ctx: TrainContext, steps: int) -> dict[str, float
         times_s: list[float] = []
         records: list[StepRecord] = []
         for step in range(WARMUP + steps):
+            if step == WARMUP:
+                cpu_before_s = roles_cpu_s()
             batch = source[step % len(source)]
             start = time.perf_counter()
             result = system.train_step(step, batch)
             if step >= WARMUP:
                 times_s.append(time.perf_counter() - start)
                 records.append(result.record)
+        cpu_s = {role: spent - cpu_before_s.get(role, 0.0)
+                 for role, spent in roles_cpu_s().items()}
     finally:
         system.close()
+    trainers = [spent for role, spent in cpu_s.items() if role_kind(role) == "trainer"]
     return {
         "iter_time_p50_s": statistics.median(times_s),
         "iter_time_mean_s": statistics.fmean(times_s),
@@ -101,6 +108,11 @@ def _measure(spec: SystemSpec, ctx: TrainContext, steps: int) -> dict[str, float
         "emb_bytes_per_iter": statistics.fmean(
             sum(r.bytes_sent.get(str(kind), 0) for kind in EMB_KINDS) for r in records
         ),
+        # CPU per iteration: a trainer's (mean), and that of every other role together (servers,
+        # the oracle: work the target runs on hosts of its own, which dilation does not slow)
+        "trainer_cpu_s": statistics.fmean(trainers) / steps if trainers else 0.0,
+        "helpers_cpu_s": sum(spent for role, spent in cpu_s.items()
+                             if role_kind(role) != "trainer") / steps,
     }
 
 

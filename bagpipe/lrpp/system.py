@@ -335,8 +335,11 @@ class Bagpipe(System):
         if self._deployment is None:
             return
         deployment, self._deployment = self._deployment, None
+        report, self._progress_report = self._progress_report, None
         try:
             if deployment.failure is None:
+                if report is not None:  # its reply must not meet a closed connection
+                    deployment.wait(report, timeout_s=30)
                 roles = [*self._trainers, *([self._oracle] if self._oracle else [])]
                 deployment.wait([r.rpc_async().close() for r in roles], timeout_s=30)
         finally:

@@ -35,6 +35,12 @@ class Accumulator:
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
 
+    def spin(self, seconds: float) -> None:
+        """Keep a core busy for ``seconds`` of wall time."""
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
     def fail(self) -> None:
         raise ValueError("accumulator refused")
 

@@ -11,7 +11,8 @@ import torch
 import torch.multiprocessing as mp
 
 from bagpipe.core.roles import Deployment, RoleFailedError
-from bagpipe.core.roles.spawn import free_port
+from bagpipe.core.roles.cpu import roles_cpu_s
+from bagpipe.core.roles.spawn import HELPER_NICE, free_port
 
 from .roles import Accumulator, serve_from_env
 
@@ -116,3 +117,19 @@ def test_ranks_started_by_a_launcher_serve_roles_until_the_driver_closes(
         if rank_1.is_alive():
             rank_1.kill()
             rank_1.join()
+
+
+def test_each_roles_cpu_is_counted_and_helpers_run_below_the_trainers_priority() -> None:
+    """A helper's CPU is its own (what dilation does not slow, reported apart), and every role but
+    a trainer runs ``HELPER_NICE`` below the trainers, whichever system spawned it."""
+    with Deployment(["trainer_0", "server_0"]) as deployment:
+        pids = deployment.pids()
+        server = deployment.remote("server_0", Accumulator, 0.0)
+        deployment.remote("trainer_0", Accumulator, 0.0)
+        before = roles_cpu_s()
+        deployment.wait(server.rpc_async().spin(0.5), timeout_s=30)
+        spent = {role: roles_cpu_s()[role] - before[role] for role in pids}
+        assert spent["server_0"] >= 0.3 and spent["trainer_0"] < 0.1, spent
+        priority = {role: os.getpriority(os.PRIO_PROCESS, pid) for role, pid in pids.items()}
+        assert priority["server_0"] == priority["trainer_0"] + HELPER_NICE
+    assert not set(pids) & set(roles_cpu_s())  # a closed deployment's roles are not counted

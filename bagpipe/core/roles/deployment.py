@@ -101,7 +101,7 @@ from bagpipe.core.net.netns import HostView, NamespaceHosts, Switch, netns_avail
 from bagpipe.core.net.report import NetworkReport
 from bagpipe.core.net.topology import host_of
 from bagpipe.core.net.wire import NetworkConfig
-from bagpipe.core.roles import rendezvous, spawn
+from bagpipe.core.roles import cpu, rendezvous, spawn
 from bagpipe.core.roles.aliases import clear_aliases, set_alias, take_over_here, worker_of
 from bagpipe.core.roles.failures import RoleFailedError
 from bagpipe.core.roles.quiet import departure_notices_dropped
@@ -173,6 +173,7 @@ class Deployment:
             started_s = time.perf_counter()
             self._spawn()
             _STARTUPS_S.append(time.perf_counter() - started_s)
+            cpu.register(self)
 
     # ----------------------------------------------------------------------------- start-up
     @classmethod
@@ -464,6 +465,7 @@ class Deployment:
         if self._closed:
             return
         self._closed = True
+        cpu.forget(self)
         healthy = self.failure is None
         if healthy and self._rpc_up:
             with contextlib.suppress(Exception):

@@ -24,7 +24,8 @@ _COMMUNICATION = ("fetch_wait", "sync")
 
 def report(sweep: Path, out: Outputs) -> None:
     """``results/breakdown/{phases,runs}.csv`` and ``reports/breakdown.{png,md}``."""
-    frame = runs_frame(load_records([sweep]))
+    records = load_records([sweep])
+    frame = runs_frame(records)
     done = frame[frame["status"] == "FINISHED"]
     phases = [str(p) for p in Phase]
     columns = [f"time_{p}_s" for p in phases]
@@ -51,4 +52,4 @@ def report(sweep: Path, out: Outputs) -> None:
     write_report(out, SUITE, "Per-iteration phase breakdown by system", figure, lines, CLAIM, [
         f"Sweep: {sweep}. Phases are trainer 0's (`bagpipe.core.meter.Phase`); "
         "'other' is the iteration time no phase covers (RPC, the driver).",
-    ])
+    ], records)

@@ -20,6 +20,8 @@ from bagpipe.harness.track.workspace import git_sha, machine
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from bagpipe.harness.track.record import RunRecord
+
 
 @dataclass(frozen=True)
 class Outputs:
@@ -76,13 +78,33 @@ def provenance(suite: str, commit: str) -> list[str]:
     ]
 
 
+def network_note(records: Sequence[RunRecord]) -> str:
+    """Which emulated cluster the runs measured: topology (tag ``cluster``), the back-end that
+    ran and the dilation, as each run recorded them."""
+
+    def distinct(values: Sequence[str]) -> str:
+        return ", ".join(dict.fromkeys(values)) or "not recorded"
+
+    clusters = [r.tags["cluster"] for r in records if "cluster" in r.tags]
+    backends = [r.params.get("network.backend_used") or r.params.get("network.backend", "")
+                for r in records]
+    factors = [r.params["dilation.factor"] for r in records if "dilation.factor" in r.params]
+    return (f"Network: the {distinct(clusters)} topology on the "
+            f"{distinct([b for b in backends if b])} back-end, dilated {distinct(factors)}x "
+            "(README, *The emulated cluster*).")
+
+
 def write_report(out: Outputs, suite: str, title: str, figure: Path, table: Sequence[str],
-                 claim: str, notes: Sequence[str]) -> Path:
-    """``reports/<suite>.md``: the figure, the table, the paper's claim, the setting (``notes``)
-    and the provenance, with the commit of the working directory."""
+                 claim: str, notes: Sequence[str], records: Sequence[RunRecord] = ()) -> Path:
+    """``reports/<suite>.md``: the figure, the table, the paper's claim, the setting (``notes``;
+    with ``records``, the network they ran on) and the provenance, with the commit the records
+    name (the working directory's without them)."""
+    commits = ", ".join(sorted({r.tags["git_sha"] for r in records if "git_sha" in r.tags}))
+    notes = [*notes, network_note(records)] if records else list(notes)
     text = [f"# {suite}: {title}", "", f"![{suite}]({figure.name})", "", *table, "",
             "## The paper's claim", "", f"* {claim}.", "", "## Setting and provenance", "",
-            *[f"* {line}" for line in [*notes, *provenance(suite, git_sha(Path.cwd()))]], ""]
+            *[f"* {line}" for line in [*notes, *provenance(suite, commits or git_sha(Path.cwd()))]],
+            ""]
     path = out.page(suite)
     path.write_text("\n".join(text))
     print(f"wrote {figure}, {path}, {out.results_dir / suite}/")

@@ -92,7 +92,8 @@ def report(suite: str, sweep: Path, out: Outputs) -> None:
     """``results/<suite>/runs.csv`` and ``reports/<suite>.{png,md}`` for one of
     :data:`SENSITIVITIES`."""
     spec = SENSITIVITIES[suite]
-    frame = sweep_frame(spec, load_records([sweep]))
+    records = load_records([sweep])
+    frame = sweep_frame(spec, records)
     if frame.empty:
         raise SystemExit(f"{sweep}: no finished runs")
     save_csv(frame, out.table(suite, "runs.csv"))
@@ -128,4 +129,4 @@ def report(suite: str, sweep: Path, out: Outputs) -> None:
     write_report(out, suite, spec.title, path, lines,
                  f"bagpipe.md §5.3 {spec.family}: the original code evaluated this family; the "
                  "paper's numbers for it are not verifiable (only its abstract is), so this "
-                 "report states ours", [f"Sweep: {sweep}."])
+                 "report states ours", [f"Sweep: {sweep}."], records)
