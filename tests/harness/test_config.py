@@ -34,7 +34,7 @@ def test_default_config_builds_the_local_system():
     assert type(system).__name__ == "LocalSystem"
     assert cfg.model.bottom_mlp[-1] == cfg.model.embedding_dim
     assert OmegaConf.to_container(cfg.network, enum_to_str=True) == {
-        "backend": "auto", "dilation": 1.0
+        "backend": "auto", "dilation": 1.0, "dilation_scale": 1.0
     }
     assert cfg.topology.name == "paper-8xV100"
     assert cfg.topology.server_nic.egress_gbps == 25.0
