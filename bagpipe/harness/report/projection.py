@@ -145,7 +145,8 @@ def report(sweep: Path, out: Outputs, topologies: Sequence[Path] = DEFAULT_TOPOL
     """The ``costmodel`` figure: projected iteration time per system and model on each topology,
     and the page putting the projected speedups beside the measured ones and the paper's."""
     clusters = [Topology.load(path) for path in topologies]
-    frame = project(load_records([sweep]), clusters)
+    records = load_records([sweep])
+    frame = project(records, clusters)
     if frame.empty:
         raise SystemExit(f"{sweep}: no finished runs to project")
     save_csv(frame, out.table(SUITE, "projection.csv"))
@@ -160,7 +161,8 @@ def report(sweep: Path, out: Outputs, topologies: Sequence[Path] = DEFAULT_TOPOL
     write_report(out, SUITE, "Projected speedups at the paper's scale", figure,
                  _table(shown, clusters[0].name, projected, measured), PAPER_CLAIM, [
                      f"Inputs: sweep {sweep} (`suite=costmodel`: 8 trainers, batch 16384, the "
-                     "paper's models at dimension 48, link model off), so the byte counts per "
+                     "paper's models at dimension 48, nothing emulated: `network.backend=real`, "
+                     "`cache_budget` 0.4 for every caching system), so the byte counts per "
                      "link are exact for the paper's batch and trainer count; the tables are 1% "
                      "of Kaggle's rows (CPU memory), which makes rows repeat more within a batch "
                      "than at full size.",
@@ -168,12 +170,13 @@ def report(sweep: Path, out: Outputs, topologies: Sequence[Path] = DEFAULT_TOPOL
                      "(`6 x dense params x batch / trainers / (peak x efficiency) + overhead`), "
                      "not a measurement; network time follows each system's overlap rules "
                      "(`bagpipe/harness/report/costmodel.py`, validated against this machine's "
-                     "link model by `tests/harness/test_costmodel.py`).",
+                     "emulated network by `tests/harness/test_costmodel.py`).",
                      "Measured speedups are this machine's fig7 (2 trainers, batch 1024, CPU "
-                     "compute, the link model at 10 Gbps): compute dominates there, so they are "
-                     "smaller.",
+                     "compute, the paper's topology emulated with its network dilated as much as "
+                     "these cores are slower: `reports/fig7.md`), where the trainers' CPU "
+                     "overheads weigh more than on a GPU cluster.",
                      "Topologies: " + ", ".join(str(path) for path in topologies) + ".",
-                 ])
+                 ], records)
 
 
 def _draw(shown: pd.DataFrame, cluster: str, path: Path) -> Path:
