@@ -115,6 +115,9 @@ __all__ = [
 ]
 
 _STOP_S = 10.0  # roles asked to stop have this long to leave before they are terminated
+# How long a call broken by a peer (a reset connection) waits for that peer's death to be seen, so
+# the failure names the dead role: on a loaded two-core host 1 s was sometimes too short.
+_DEATH_VISIBLE_S = 5.0
 _DEPARTURE = "departure"  # the store every process of the world leaves the RPC world through
 
 
@@ -364,7 +367,7 @@ class Deployment:
                 values.append(future.wait())
             except Exception as exc:
                 # A peer's death often surfaces first as a broken pipe: prefer naming the role.
-                failure = self._monitor.failure_within(1.0)
+                failure = self._monitor.failure_within(_DEATH_VISIBLE_S)
                 if failure is not None:
                     raise failure from exc
                 raise
