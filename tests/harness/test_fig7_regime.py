@@ -10,17 +10,19 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
 
 import pytest
+from omegaconf import OmegaConf
 
 from bagpipe.core.net import Topology
-from bagpipe.harness.report.cli import main as report_main
 from bagpipe.harness.report.costmodel import Workload, predict
 from bagpipe.harness.report.fig7 import summary_table
 from bagpipe.harness.run.evaluate import base_rate_logloss
+from bagpipe.harness.run.train import _flat_params
 from bagpipe.harness.track.record import RunRecord
 from bagpipe.harness.track.sweeps import add_speedups, runs_frame
+
+from .test_report import _report
 
 GBPS, LATENCY_US, DILATION, COMPUTE_MS = 10.0, 50.0, 4.0, 20.0
 TOPOLOGY = Topology.uniform(GBPS, LATENCY_US, trainers=2, servers=1, name="tiny")
@@ -30,18 +32,8 @@ BYTES = {"sync_ps": {"emb_pull": 4e6, "emb_push": 4e6, "allreduce": 1e5},
 
 
 def _topology_params(topology: Topology) -> dict[str, str]:
-    """``topology.*`` params as the runner records them (the resolved config, flattened)."""
-    out: dict[str, str] = {}
-
-    def walk(node: Any, prefix: str) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                walk(value, f"{prefix}.{key}")
-        else:
-            out[prefix] = str(node)
-
-    walk(dataclasses.asdict(topology), "topology")
-    return out
+    """``topology.*`` params as the runner records them (its own flattening of the config)."""
+    return _flat_params(OmegaConf.create({"topology": dataclasses.asdict(topology)}))
 
 
 def _record(system: str, iter_s: float, *, seed: int = 0, **summary: float) -> RunRecord:
@@ -92,14 +84,6 @@ def test_runs_without_what_a_projection_needs_leave_the_column_empty() -> None:
     table = summary_table(runs_frame(records), "sync_ps").set_index("system")
     assert table["projected_speedup_vs_sync_ps"].isna().all()
     assert set(table["agrees_within_20pct"]) == {""}
-
-
-def _report(tmp_path: Path, records: list[RunRecord], *extra: str) -> int:
-    add_speedups(records, "sync_ps")
-    csv = tmp_path / "in.csv"
-    runs_frame(records).to_csv(csv, index=False)
-    return report_main(["fig7", "--csv", str(csv), "--results-dir", str(tmp_path / "results"),
-                        "--reports-dir", str(tmp_path / "reports"), *extra])
 
 
 def test_bagpipe_without_write_backs_in_its_timed_window_is_refused(
