@@ -29,6 +29,7 @@ from typing import Any
 from bagpipe.core.interface import ModelConfig, OptimConfig, System, TrainContext
 from bagpipe.core.net import NetworkConfig, Topology, netns_available
 from bagpipe.core.net.report import NetworkReport
+from bagpipe.core.net.topology import FRAME_BYTES
 from bagpipe.core.registry import load_system
 from bagpipe.data import DatasetConfig, make_dataset
 from bagpipe.harness.run.runner import RunConfig, RunResult, run_training
@@ -39,7 +40,6 @@ TRAINERS = 2
 SERVERS = 1
 GBPS = 0.05
 CHECKED_BYTES_PER_ITER = 1_000_000
-FRAME_BYTES = 1514  # a full Ethernet frame: what one resent segment costs at most
 #: MLPs of 370k parameters: the all-reduce alone puts 1.5 MB on every trainer NIC each way per
 #: step, a few times the compute's time at this bandwidth.
 MODEL = ModelConfig(name="dlrm", embedding_dim=32, bottom_mlp=(256, 128, 32),
@@ -55,7 +55,13 @@ KNOBS: dict[str, dict[str, Any]] = {
 
 @dataclass(frozen=True)
 class Measured:
-    """One system on one back-end: the median iteration time and what crossed the NICs."""
+    """One system on one back-end: the mean iteration time and what crossed the NICs.
+
+    The mean, not the median: Bagpipe's background rounds make some steps longer than others,
+    and a back-end's network time is what every step paid, long ones included. Over a few steps
+    the median jumped by a whole round between back-ends (netns/model 1.04 to 1.28 in three
+    runs of the same check on an idle host); the mean moves by a fraction of one.
+    """
 
     iter_s: float
     steps: int
@@ -82,7 +88,7 @@ def measure(system: str | type[System], backend: str, steps: int, warmup: int) -
         factory(**knobs), ctx, dataset.eval(BATCH, 1),
         RunConfig(warmup + steps, eval_every=0, warmup_steps=warmup, progress=False),
     )
-    return Measured(result.summary["iter_time_p50_s"], warmup + steps, result.network)
+    return Measured(result.summary["iter_time_mean_s"], warmup + steps, result.network)
 
 
 def kernel_rows(system: str, netns: Measured) -> list[dict[str, Any]]:

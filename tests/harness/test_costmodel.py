@@ -37,6 +37,8 @@ from bagpipe.models import table_dim
 from tests.conftest import TINY_MODEL, TinySource
 
 ROOT = Path(__file__).resolve().parents[2]
+#: TCP payload per full Ethernet frame: 1448 of 1514 bytes (the rate the model charges payload at).
+PAYLOAD = 1448 / 1514
 
 
 def _workload(system: str, **kwargs: object) -> Workload:
@@ -63,9 +65,9 @@ def test_sync_ps_puts_every_byte_on_the_critical_path() -> None:
         "sync_ps", bytes_per_iter={"emb_pull": 2e6, "emb_push": 2e6, "allreduce": 4e5}
     )
     got = predict(work, Topology.uniform(1.0, 100, trainers=2, servers=2))
-    pull = 2 * 100e-6 + 1e6 * 8 / 1e9
-    push = 100e-6 + 1e6 * 8 / 1e9
-    ring = 2 * 100e-6 + 2 * 2e5 * 8 / 2 / 1e9  # 2(T-1) steps of bytes/T, per trainer 2e5 B
+    pull = 2 * 100e-6 + 1e6 * 8 / (1e9 * PAYLOAD)
+    push = 100e-6 + 1e6 * 8 / (1e9 * PAYLOAD)
+    ring = 2 * 100e-6 + 2 * 2e5 * 8 / 2 / (1e9 * PAYLOAD)  # 2(T-1) steps of bytes/T, per trainer 2e5 B
     assert got.iter_s == pytest.approx(0.010 + pull + push + ring)
     assert got.lanes_s == {}
 
@@ -79,8 +81,8 @@ def test_bagpipe_sync_later_overlaps_compute_but_queues_on_the_nic() -> None:
         counters={"rows_sync_later": 1000.0},
     )
     topology = Topology.uniform(0.01, 0, trainers=2, servers=2)
-    now_s = 32_000 * 8 / 0.01e9  # ring of 2: one step of bytes/2 twice = bytes on the wire
-    later_s = later_bytes * 8 / 0.01e9
+    now_s = 32_000 * 8 / (0.01e9 * PAYLOAD)  # ring of 2: one step of bytes/2 twice = bytes on the wire
+    later_s = later_bytes * 8 / (0.01e9 * PAYLOAD)
     got = predict(work, topology)
     assert got.critical_s == pytest.approx(0.010 + now_s)
     assert got.lanes_s["sync_later"] == pytest.approx(later_s + now_s)
@@ -102,7 +104,7 @@ def test_fae_pulls_from_every_shard_at_once_through_the_shared_client() -> None:
     work = _workload("fae", bytes_per_iter={"emb_pull": 1000 * (64 + 8)},
                      counters={"rows_emb_pull": 1000.0})
     got = predict(work, Topology.uniform(0.01, 100, trainers=2, servers=2))
-    pull = 2 * 100e-6 + 500 * (64 + 8) * 8 / 0.01e9  # request + reply; half the rows per trainer
+    pull = 2 * 100e-6 + 500 * (64 + 8) * 8 / (0.01e9 * PAYLOAD)  # request + reply; half the rows per trainer
     assert got.flows_s["emb_pull:critical"] == pytest.approx(pull)
     assert got.iter_s == pytest.approx(0.010 + pull)
 
@@ -112,14 +114,14 @@ def test_torchrec_pays_one_latency_per_all_to_all_round() -> None:
     got = predict(work, Topology.uniform(0.01, 100, trainers=4, servers=1))
     # Each trainer sends 5e3 B to its 3 peers through its one NIC, in 3 rounds, and (gloo) then
     # receives as much.
-    assert got.iter_s == pytest.approx(0.010 + 3 * 100e-6 + 2 * 5e3 * 8 / 0.01e9)
+    assert got.iter_s == pytest.approx(0.010 + 3 * 100e-6 + 2 * 5e3 * 8 / (0.01e9 * PAYLOAD))
 
 
 def test_shared_nics_charge_the_server_for_every_trainer() -> None:
     work = _workload("sync_ps", bytes_per_iter={"emb_pull": 8e6}, trainers=8, servers=1)
     nics = Topology(trainers=8, servers=1, trainer_nic=Nic(10, 10, 0), server_nic=Nic(25, 25, 0))
     # Each trainer pulls 1e6 B; the one server sends 8e6 B through its 25 Gbps NIC.
-    assert predict(work, nics).iter_s == pytest.approx(0.010 + 8e6 * 8 / 25e9)
+    assert predict(work, nics).iter_s == pytest.approx(0.010 + 8e6 * 8 / (25e9 * PAYLOAD))
 
 
 def test_projection_uses_the_gpu_compute_estimate() -> None:

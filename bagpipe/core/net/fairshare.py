@@ -58,8 +58,8 @@ class SharedNics:
     def __init__(self, hosts: Mapping[str, Nic], context: BaseContext) -> None:
         self.hosts = tuple(hosts)
         self._index = {host: i for i, host in enumerate(self.hosts)}
-        self._egress = np.array([hosts[h].egress_bytes_per_s for h in self.hosts])
-        self._ingress = np.array([hosts[h].ingress_bytes_per_s for h in self.hosts])
+        self._egress = np.array([hosts[h].egress_payload_bytes_per_s for h in self.hosts])
+        self._ingress = np.array([hosts[h].ingress_payload_bytes_per_s for h in self.hosts])
         self._raw: Any = context.RawArray(ctypes.c_double, _MAX_FLOWS * _SLOT + 1)
         self._changed = context.Condition(context.Lock())
         self._view: np.ndarray | None = None

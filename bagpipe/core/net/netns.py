@@ -50,7 +50,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from bagpipe.core.net.topology import Nic
+from bagpipe.core.net.topology import FRAME_BYTES, Nic
 
 __all__ = [
     "HostView", "NamespaceHosts", "NetnsUnavailableError", "NicCounters", "enter", "netns_available",
@@ -64,7 +64,6 @@ _HOLDER = "while kill -0 $0 2>/dev/null; do sleep 0.2; done"
 _DATA_CLASS, _CONTROL_CLASS = "1:10", "1:20"
 _CONTROL_RATE = "40gbit"
 _FIFO_PACKETS = 100_000
-_FRAME_BYTES = 1514
 _TOOLS = ("ip", "tc", "unshare", "nsenter")
 _IDS = itertools.count()
 #: Hosts' name tables, ``<driver pid>-<tag>-*``: a killed driver's are removed by the next start.
@@ -395,7 +394,7 @@ class NamespaceHosts:
         rate = f"{int(bytes_per_s * 8)}bit"
         # A token bucket lets a burst pass at line rate: keep it to two full frames or 100 us of
         # the rate, so a small message pays its bytes at the NIC's rate as the model back-end's do.
-        burst = str(max(2 * _FRAME_BYTES, int(bytes_per_s * 1e-4)))
+        burst = str(max(2 * FRAME_BYTES, int(bytes_per_s * 1e-4)))
         tc = ("tc",)
         _in(pid, *tc, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb",
                  "default", "10")

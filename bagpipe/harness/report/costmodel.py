@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from bagpipe.core.net.topology import BITS_PER_BYTE, Topology
+from bagpipe.core.net.topology import BITS_PER_BYTE, Nic, Topology
 
 CRITICAL = "critical"
 
@@ -252,8 +252,8 @@ def flow_time_s(flow: Flow, per_trainer_bytes: float, topology: Topology, every:
     lat_s = topology.trainer_nic.latency_s
     bits = per_trainer_bytes * BITS_PER_BYTE
     t, s = topology.trainers, topology.servers
-    trainer_bps = min(topology.trainer_nic.egress_gbps, topology.trainer_nic.ingress_gbps) * 1e9
-    server_bps = min(topology.server_nic.egress_gbps, topology.server_nic.ingress_gbps) * 1e9
+    trainer_bps = _payload_bits_per_s(topology.trainer_nic)
+    server_bps = _payload_bits_per_s(topology.server_nic)
     messages = flow.messages / every
     if flow.pattern is Pattern.RING:
         if t <= 1:
@@ -268,6 +268,11 @@ def flow_time_s(flow: Flow, per_trainer_bytes: float, topology: Topology, every:
     # The trainer's NIC carries all its bytes; each server's NIC carries 1/S of every trainer's.
     serial = s if flow.pattern is Pattern.SHARDS_SERIAL else 1
     return serial * messages * lat_s + max(bits / trainer_bps, t * bits / s / server_bps)
+
+
+def _payload_bits_per_s(nic: Nic) -> float:
+    """The payload rate of a NIC's slower direction (the emulation's rule: ``Nic``)."""
+    return min(nic.egress_payload_bytes_per_s, nic.ingress_payload_bytes_per_s) * BITS_PER_BYTE
 
 
 def compute_time_s(workload: Workload, topology: Topology) -> float:
