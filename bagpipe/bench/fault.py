@@ -13,21 +13,30 @@ are about the checkpoint path, not the emulated network), for every system that 
   checkpointed, plain (so a drift in machine speed cancels) and compared in sum;
   ``overhead_share_pct``: the checkpoints' own time as a share of the plain runs' training time
   (the same quantity without the run-to-run noise);
-* ``detect_s``, ``kill_to_training_s``, ``kill_to_caught_up_s``, ``steps_redone``: ``trainer_0``
-  SIGKILLed halfway between two checkpoints: until the driver notices, until the recovered job
-  completed its first step, until it completed the step the kill interrupted, and how many
-  finished steps it trained again. Each row names its ``path`` (``bagpipe.core.recovery``):
-  ``rollback``, the whole-job restart (teardown, new processes, restore the checkpoint, redo the
-  steps since), and for ``bagpipe`` and ``sync_ps`` also ``replace``, the same kill with one
-  standby trainer (the survivors keep their state, the standby takes over, the step in flight is
-  trained again). The standby's process was spawned with the job, so to compare protocols and not
+* ``detect_s``, ``kill_to_training_s``, ``kill_to_caught_up_s``, ``steps_redone``: a role
+  (``trainer_0``; for ``sync_ps`` also ``server_0``) SIGKILLed halfway between two checkpoints:
+  until the driver notices, until the recovered job completed its first step, until it completed
+  the step the kill interrupted, and how many finished steps it trained again. Each row names the
+  ``role`` and its ``path`` (``bagpipe.core.recovery``): ``rollback``, the whole-job restart
+  (teardown, new processes, restore the checkpoint, redo the steps since), and where the system
+  can (:data:`STANDBYS`) also ``replace``, the same kill with standbys (the survivors keep their
+  state, the standby takes over, the step in flight is trained again; a dead ``sync_ps`` shard is
+  rebuilt from the checkpoint's rows and the trainers' logged pushes since, ``pushlog``). The
+  standby's process was spawned with the job, so to compare protocols and not
   process start-up, the rollback gets the same credit: ``restart_spawn_s`` (the restarted job's
   process start-up, spawn to RPC world joined) and ``kill_to_caught_up_prespawned_s`` (caught up
   minus that);
 * ``log_overhead_pct`` (``bagpipe``, ``sync_ps``): the steady-state cost of the replace path,
-  the mean iteration time with a standby trainer (for Bagpipe also the update log of every
-  trainer's rows, ``bagpipe.lrpp.updatelog``) against without, four back-to-back runs of 100 steps
-  (plain, standby, standby, plain).
+  the median iteration time with the standbys of :data:`STANDBYS` and the logs they need
+  (Bagpipe's update log of every trainer's rows, ``bagpipe.lrpp.updatelog``; ``sync_ps``'s
+  trainers' push logs, ``baselines.sync_ps.pushlog``, which cost no bytes) against without, six back-to-back runs of 100 steps
+  in three adjacent pairs (plain, standby, standby, plain, plain, standby); the columns
+  ``pair_min_pct`` and ``pair_max_pct`` give the pairs' spread, which on a shared 2-core host is
+  several percent, wider than the 3% goal. So the log's own cost is also stated without that
+  noise: ``log_cpu_share_pct``, the CPU time a step spends building its log entry (per trainer)
+  and recording it (driver), both on the critical path, as a share of the plain median
+  iteration; and ``log_bytes_per_iter``, what the entries add to the replies (the wire charges
+  them as ``data`` traffic on emulated runs).
 
 The full run checkpoints at :data:`~bagpipe.harness.run.recovery.DEFAULT_CHECKPOINT_EVERY` (the
 target, < 5% overhead, is stated at that interval); quick mode checkpoints every 20 steps of a
@@ -36,6 +45,7 @@ target, < 5% overhead, is stated at that interval); quick mode checkpoints every
 
 from __future__ import annotations
 
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -54,16 +64,24 @@ from bagpipe.harness.run.runner import RunConfig, RunResult, run_training
 from bagpipe.models import paper_config
 
 BATCH = 512
+TRAINERS = 2
 _LOG_STEPS = 100  # steps of each run that measures the update log's steady-state overhead
+#: With a standby (and log) or not, per run: three adjacent pairs, so a drift in speed cancels.
+_LOG_ORDER = (False, True, True, False, False, True)
 
-#: The systems that replace a dead trainer in place when given a standby trainer.
-REPLACEABLE = ("bagpipe", "sync_ps")
+#: The systems that replace dead roles in place, and the standbys that lets them.
+STANDBYS: dict[str, dict[str, object]] = {
+    "bagpipe": {"standby_trainers": 1},
+    "sync_ps": {"standby_trainers": 1, "standby_servers": 1},
+}
+#: The roles each system's kill runs kill (one per run).
+KILLED = {"bagpipe": ("trainer_0",), "sync_ps": ("trainer_0", "server_0"), "torchrec": ("trainer_0",)}
 
 #: The resumable systems and how each is built for this workload.
 SYSTEMS: dict[str, dict[str, object]] = {
-    "bagpipe": {"num_trainers": 2, "num_servers": 2, "lookahead": 40},
-    "sync_ps": {"num_trainers": 2, "num_servers": 2},
-    "torchrec": {"num_trainers": 2},
+    "bagpipe": {"num_trainers": TRAINERS, "num_servers": 2, "lookahead": 40},
+    "sync_ps": {"num_trainers": TRAINERS, "num_servers": 2},
+    "torchrec": {"num_trainers": TRAINERS},
 }
 
 
@@ -122,12 +140,12 @@ class _StepClock:
 
 def _kill_rows(
     make: Callable[[], System], context: Callable[[], TrainContext], eval_source: BatchSource,
-    every: int, workdir: Path, config: dict[str, object],
+    every: int, workdir: Path, config: dict[str, object], role: str,
 ) -> list[dict]:
-    """``trainer_0`` killed halfway between two checkpoints; rows say which path the recovery
-    took (``replace``: a standby took over in place; ``rollback``: the whole job restarted)."""
+    """``role`` killed halfway between two checkpoints; rows say which path the recovery took
+    (``replace``: a standby took over in place; ``rollback``: the whole job restarted)."""
     kill_after = every + every // 2
-    kills, clock = KillRoles({kill_after: "trainer_0"}), _StepClock()
+    kills, clock = KillRoles({kill_after: role}), _StepClock()
     first_startup = len(startup_times_s())
     _, restarts = run_with_recovery(
         make, context(), eval_source,
@@ -136,7 +154,7 @@ def _kill_rows(
     )
     (_, killed_at_s), (restart,) = kills.killed[0], restarts
     caught_up_s = clock.at_s[restart.failed_step] - killed_at_s
-    config = {**config, "role": "trainer_0", "path": restart.path,
+    config = {**config, "role": role, "path": restart.path,
               "resumed_step": restart.resumed_step}
     rows = [
         _row("detect_s", restart.detected_at_s - killed_at_s, "s", **config),
@@ -157,20 +175,30 @@ def _log_overhead_rows(
     name: str, context: Callable[[], TrainContext], eval_source: BatchSource, steps: int,
     config: dict[str, object],
 ) -> list[dict]:
-    """What the replace path costs in steady state: iteration time with a standby trainer (and,
-    for Bagpipe, the update log it needs) against without, in the order plain, standby, standby,
-    plain (a drift in machine speed cancels)."""
+    """What the replace path costs in steady state (module docstring: ``log_overhead_pct``)."""
     cfg = RunConfig(min(steps, _LOG_STEPS), eval_every=0, progress=False)
-    times: dict[bool, list[float]] = {False: [], True: []}
-    for standby in (False, True, True, False):
-        result = run_training(_factory(name, standby_trainers=int(standby))(), context(),
-                              eval_source, cfg)
-        times[standby].append(result.summary["iter_time_mean_s"])
-    plain_s, logged_s = sum(times[False]) / 2, sum(times[True]) / 2
+    runs: dict[bool, list[dict[str, float]]] = {False: [], True: []}
+    for standby in _LOG_ORDER:
+        standbys = STANDBYS[name] if standby else {}
+        result = run_training(_factory(name, **standbys)(), context(), eval_source, cfg)
+        runs[standby].append(result.summary)
+    plain_s, logged_s = ([s["iter_time_p50_s"] for s in runs[flag]] for flag in (False, True))
+    pairs_pct = [100.0 * (logged - plain) / plain for plain, logged in zip(plain_s, logged_s,
+                                                                           strict=True)]
+    plain_mean_s, logged_mean_s = statistics.mean(plain_s), statistics.mean(logged_s)
+    critical_s = statistics.mean(
+        s.get("per_iter_update_log_cpu_s", 0.0) / TRAINERS
+        + s.get("per_iter_update_log_record_cpu_s", 0.0) for s in runs[True]
+    )
+    added_bytes = statistics.mean(s["bytes_per_iter_data"] for s in runs[True]) - statistics.mean(
+        s["bytes_per_iter_data"] for s in runs[False])
     return [
-        _row("iter_time_with_log_s", logged_s, "s", **config),
-        _row("log_overhead_pct", 100.0 * (logged_s - plain_s) / plain_s, "%",
-             plain_iter_time_s=plain_s, **config),
+        _row("iter_time_with_log_s", logged_mean_s, "s", **config),
+        _row("log_overhead_pct", 100.0 * (logged_mean_s - plain_mean_s) / plain_mean_s, "%",
+             plain_iter_time_s=plain_mean_s, pair_min_pct=min(pairs_pct),
+             pair_max_pct=max(pairs_pct), **config),
+        _row("log_cpu_share_pct", 100.0 * critical_s / plain_mean_s, "%", **config),
+        _row("log_bytes_per_iter", added_bytes, "B", **config),
     ]
 
 
@@ -194,10 +222,11 @@ def run(quick: bool) -> list[dict]:
         make = _factory(name)
         with tempfile.TemporaryDirectory() as tmp:
             rows += _overhead_rows(make, context, eval_source, steps, every, Path(tmp), config)
-            rows += _kill_rows(make, context, eval_source, every, Path(tmp), config)
-            if name in REPLACEABLE:
-                rows += _kill_rows(_factory(name, standby_trainers=1), context, eval_source,
-                                   every, Path(tmp), config)
-        if name in REPLACEABLE:
+            for role in KILLED[name]:
+                rows += _kill_rows(make, context, eval_source, every, Path(tmp), config, role)
+                if name in STANDBYS:
+                    rows += _kill_rows(_factory(name, **STANDBYS[name]), context, eval_source,
+                                       every, Path(tmp), config, role)
+        if name in STANDBYS:
             rows += _log_overhead_rows(name, context, eval_source, steps, config)
     return rows

@@ -25,6 +25,8 @@ from typing import Any
 import torch
 from torch.futures import Future
 
+from bagpipe.core.roles.deployment import role_kind
+
 __all__ = [
     "REPLACE", "ROLLBACK", "Recovery", "replacement_refused", "step_left_by_survivors",
     "tensors_digest", "update_digest",
@@ -104,13 +106,15 @@ def step_left_by_survivors(
     return ""
 
 
-def replacement_refused(
-    dead: str, trainers: Sequence[str], standbys: int, recoveries: Sequence[Recovery]
-) -> str:
-    """Why a dead role cannot take the ``replace`` path of a system whose trainers can be
-    replaced, before anything is asked of the survivors; ``""`` when it can."""
-    if dead not in trainers:
-        return f"{dead} is not a trainer: its state is rebuilt from the checkpoint"
-    if standbys <= sum(r.path == REPLACE for r in recoveries):
-        return "no standby trainer left"
+def replacement_refused(dead: str, replaceable: Sequence[str], standbys_left: Sequence[str]) -> str:
+    """Why a dead role cannot take the ``replace`` path, before anything is asked of the
+    survivors; ``""`` when it can. ``replaceable`` are the roles the system knows how to rebuild
+    in place, ``standbys_left`` the deployment's unused standbys (``Deployment.standbys``)."""
+    if dead not in replaceable:
+        kinds = sorted({role_kind(role) for role in replaceable})
+        return (f"{dead} is not a {' or '.join(kinds)}: its state is rebuilt from the checkpoint"
+                if kinds else f"{dead}: no role is replaced in place here")
+    kind = role_kind(dead)
+    if f"{kind}_standby" not in {role_kind(standby) for standby in standbys_left}:
+        return f"no standby {kind} left"
     return ""

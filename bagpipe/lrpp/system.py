@@ -213,10 +213,14 @@ class Bagpipe(System):
                 resumed_step=step, detected_at_s=detected_at_s,
                 trained_at_s=time.perf_counter(), path=REPLACE,
             ))
+        recording_s = time.thread_time()
         for log, (_, _, entry) in zip(self._logs, results, strict=False):
             log.record(entry)
+        recording_s = time.thread_time() - recording_s
         record = runtime.merge_trainer_records([r for _, r, _ in results])
         record.counters["planning_s"] = planning_s
+        if self._logs:  # the driver's CPU share of the update log (the trainers count theirs)
+            record.counters["update_log_record_cpu_s"] = recording_s
         self._totals = self._totals + record
         return StepResult(loss=float(sum(loss for loss, _, _ in results)), record=record)
 
@@ -259,12 +263,12 @@ class Bagpipe(System):
         from that model, the oracle planning from ``step`` on.
         """
         dead = failure.role
+        deployment, _ = self._require_setup()
         failure.fallback = replacement_refused(
-            dead, [t.role for t in self._trainers], self.standby_trainers, self._recoveries
+            dead, [t.role for t in self._trainers], deployment.standbys
         )
         if failure.fallback:
             raise failure
-        deployment, _ = self._require_setup()
         deployment.take_over(dead)  # its failure is handled from here
         state, failure.fallback = self._state_before(step, dead, futures)
         if state is None:

@@ -304,9 +304,15 @@ class BagpipeTrainer:
 
     # ------------------------------------------------------------------ critical-path helpers
     def _log_entry(self, updated: torch.Tensor) -> LogEntry | None:
+        """This step's :class:`LogEntry` (``log_updates``). The CPU time spent building it is
+        counted as ``update_log_cpu_s``: CPU seconds, not wall, so that waiting for a core on a
+        shared host is not charged to the log (the fault bench states the log's own cost)."""
         if not self.log_updates:
             return None
-        return LogEntry(self.cache.drain_dropped(), updated, self.cache.gather(updated))
+        started_s = time.thread_time()
+        entry = LogEntry(self.cache.drain_dropped(), updated, self.cache.gather(updated))
+        runtime.current().meter.count("update_log_cpu_s", time.thread_time() - started_s)
+        return entry
 
     def _finish_pending_later(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self._pending_later is None:

@@ -27,16 +27,22 @@ every such system. A system names its two role classes and adds what is its own:
 * **Trainers** are data-parallel: each holds an equal dense replica, started from the seeded (or
   resumed) weights; the driver reads the dense part from trainer 0.
 
-* **Recovery** (``replaces_trainers``, ``standby_trainers``; ``bagpipe.core.recovery``). A system
-  whose trainers hold nothing but the dense replica (``sync_ps``) replaces a dead trainer in place
-  when the deployment has a standby trainer process: the survivors' replicas are checked equal by
-  hash, the shards drop what the step in flight pushed, the standby takes the dead role over, every
-  trainer is rebuilt in its process from the survivors' replica (a new trainer group: gloo groups
-  cannot change members), the replacement's replica is checked against the survivors' hash, and the
-  step in flight is trained again. Nothing is rolled back and no finished step is redone. Where
-  that cannot be proven safe (a server died, no standby left, a survivor finished the step in
-  flight), the failure goes on to the runner's whole-job restart, with the reason in
-  ``RoleFailedError.fallback``.
+* **Recovery** (``replaces_trainers``, ``replaces_servers``, ``standby_trainers``,
+  ``standby_servers``; ``bagpipe.core.recovery``). A system whose trainers hold nothing but the
+  dense replica (``sync_ps``) replaces a dead trainer in place when the deployment has a standby
+  trainer process: the survivors' replicas are checked equal by hash, the shards drop what the
+  step in flight pushed, the standby takes the dead role over, every trainer is rebuilt in its
+  process from the survivors' replica (a new trainer group: gloo groups cannot change members),
+  the replacement's replica is checked against the survivors' hash, and the step in flight is
+  trained again. A system whose shards apply each step as one deterministic sum (``sync_ps``)
+  rebuilds a dead shard in place when a standby server is left: its trainers log their pushes
+  since the base (the rows of the last ``full_state``, i.e. the newest checkpoint, or of the
+  start), and the standby is built from the base and replays them
+  (``baselines.sync_ps.pushlog``); the surviving shards drop the step in flight's pushes and it is
+  trained again. Nothing is rolled back and no finished step is redone. Where that cannot be
+  proven safe (no standby of the dead role's kind left, a trainer finished the step in flight,
+  the replicas differ), the failure goes on to the runner's whole-job restart, with the reason
+  in ``RoleFailedError.fallback``.
 
 Bagpipe's own system does not use this: it adds an oracle role, builds its trainers from one config
 and waits for the oracle's planning report within each step.
@@ -75,7 +81,7 @@ from bagpipe.core.roles.deployment import standby_roles
 from bagpipe.core.runtime import merge_trainer_records
 from bagpipe.models import table_dim
 from bagpipe.paramserver.layout import server_role
-from bagpipe.paramserver.server import EmbeddingServer
+from bagpipe.paramserver.server import EmbeddingServer, gather_tables
 from bagpipe.training.start import start_dense_model
 from bagpipe.training.step import replicate_dense
 
@@ -145,20 +151,32 @@ class ParameterServerSystem(System):
     #: True for trainers that hold nothing but the dense replica: a dead one is replaced in place
     #: (module docstring, *Recovery*) when a standby trainer is left.
     replaces_trainers: ClassVar[bool] = False
+    #: True for shards rebuilt in place from a base and the trainers' logged pushes (``sync_ps``'s
+    #: step-ordered shards: module docstring, *Recovery*) when a standby server is left.
+    replaces_servers: ClassVar[bool] = False
 
     def __init__(
-        self, num_trainers: int, num_servers: int, step_timeout_s: float, standby_trainers: int = 0
+        self, num_trainers: int, num_servers: int, step_timeout_s: float, standby_trainers: int = 0,
+        standby_servers: int = 0,
     ) -> None:
-        if num_trainers < 1 or num_servers < 1 or standby_trainers < 0:
+        if num_trainers < 1 or num_servers < 1 or standby_trainers < 0 or standby_servers < 0:
             raise ValueError(
                 f"{self.name}: num_trainers and num_servers must be >= 1 and standby_trainers "
-                f">= 0, got {num_trainers}, {num_servers}, {standby_trainers}"
+                f"and standby_servers >= 0, got {num_trainers}, {num_servers}, "
+                f"{standby_trainers}, {standby_servers}"
             )
+        if standby_servers and not self.replaces_servers:
+            raise ValueError(f"system.standby_servers: {self.name} cannot rebuild a shard in place")
         self.num_trainers = num_trainers
         self.num_servers = num_servers
         self.step_timeout_s = step_timeout_s
         self.standby_trainers = standby_trainers
+        self.standby_servers = standby_servers
         self._recoveries: list[Recovery] = []
+        self._next_step = 0  # the step boundary the roles are at (``full_state`` is taken there)
+        #: What a dead shard is rebuilt from: the shards' rows at a step boundary (the last
+        #: ``full_state``'s), or ``None`` for the rows they were started from.
+        self._base: ModelState | None = None
         self._groups = 0  # trainer groups made so far (each needs its own rendezvous)
         self._ctx: TrainContext | None = None
         self._deployment: Deployment | None = None
@@ -184,8 +202,11 @@ class ParameterServerSystem(System):
         trainers = [f"trainer_{k}" for k in range(self.num_trainers)]
         deployment = Deployment(
             [*servers, *trainers], network=ctx.network,
-            standbys=standby_roles("trainer", self.standby_trainers),
+            standbys=[*standby_roles("trainer", self.standby_trainers),
+                      *standby_roles("server", self.standby_servers)],
         )
+        self._next_step = ctx.resume.step if ctx.resume is not None else 0
+        self._base = resume
         try:
             self._servers = [
                 deployment.remote(
@@ -230,33 +251,46 @@ class ParameterServerSystem(System):
         return StepResult(loss=sum(loss for loss, _ in results), record=record)
 
     def _train_replacing(self, step: int, issue: Callable[[], list[Future]]) -> StepResult:
-        """Step ``step``'s result from ``issue()`` (one call per trainer, in rank order); a trainer
+        """Step ``step``'s result from ``issue()`` (one call per trainer, in rank order); a role
         that dies on the way is replaced in place and the step trained again (module docstring,
         *Recovery*), or the failure is raised with its ``fallback`` reason."""
         futures = issue()
         try:
-            return self._collect(futures)
+            result = self._collect(futures)
         except RoleFailedError as failure:
             detected_at_s = time.perf_counter()
-            failure.fallback = (
-                replacement_refused(failure.role, [t.role for t in self._trainers],
-                                    self.standby_trainers, self._recoveries)
-                if self.replaces_trainers else f"{self.name}: a trainer holds state no other has"
-            )
-            if failure.fallback:
-                raise
-            self._require_setup()[1].take_over(failure.role)  # its failure is handled from here
-            dense, failure.fallback = self._survivors_state(failure.role, futures)
-            if dense is None:
-                raise
-            self._replace_trainer(failure.role, step, dense)
+            self._replace(failure, step, futures)
             result = self._collect(issue())
             self._recoveries.append(Recovery(
                 role=failure.role, reason=str(failure).splitlines()[0], failed_step=step,
                 resumed_step=step, detected_at_s=detected_at_s,
                 trained_at_s=time.perf_counter(), path=REPLACE,
             ))
-            return result
+        self._next_step = step + 1
+        return result
+
+    def _replace(self, failure: RoleFailedError, step: int, futures: list[Future]) -> None:
+        """Replace ``failure.role`` in place at the boundary before ``step``, or raise ``failure``
+        with the reason it cannot be (``fallback``): the job then restarts from the checkpoint."""
+        _, deployment = self._require_setup()
+        trainers = [t.role for t in self._trainers]
+        replaceable = [*(trainers if self.replaces_trainers else []),
+                       *([s.role for s in self._servers] if self.replaces_servers else [])]
+        failure.fallback = (
+            replacement_refused(failure.role, replaceable, deployment.standbys) if replaceable
+            else f"{self.name}: its roles hold state no other has"
+        )
+        if failure.fallback:
+            raise failure
+        deployment.take_over(failure.role)  # its failure is handled from here
+        if failure.role in trainers:
+            dense, failure.fallback = self._survivors_state(failure.role, futures)
+            if dense is not None:
+                self._replace_trainer(failure.role, step, dense)
+        else:
+            failure.fallback = self._replace_server(failure.role, step, futures)
+        if failure.fallback:
+            raise failure
 
     def _survivors_state(
         self, dead: str, futures: list[Future]
@@ -292,6 +326,44 @@ class ParameterServerSystem(System):
         rebuilt = self._wait([ref.rpc_async().dense_state() for ref in self._trainers])
         if {tensors_digest(d) for d in rebuilt} != {tensors_digest(dense)}:
             raise RuntimeError(f"{self.name}: a rebuilt trainer's dense replica differs")
+        if self.standby_servers:  # the rebuilt trainers logged nothing yet: the base moves here
+            self._new_base(step, gather_tables(self._shard_states(), ctx.schema))
+
+    def _replace_server(self, dead: str, step: int, futures: list[Future]) -> str:
+        """Rebuild shard ``dead`` (in the standby that took it over) at the boundary before
+        ``step``: built from the base, then every trainer's logged pushes since replayed
+        (``baselines.sync_ps.pushlog`` says why that is exact); ``""``, or why it cannot be.
+
+        The trainers must all have left the step in flight with an error (none applied it to its
+        dense replica, so the replicas are still equal: checked by hash), and the surviving shards
+        forget that step's pushes, so it is trained again from its start.
+        """
+        ctx, deployment = self._require_setup()
+        why = step_left_by_survivors(
+            [t.role for t in self._trainers], futures, dead, self.step_timeout_s
+        )
+        if why:
+            return why
+        dense = self._wait([ref.rpc_async().dense_state() for ref in self._trainers])
+        if len({tensors_digest(d) for d in dense}) != 1:
+            return "the trainers' dense replicas differ"
+        shard = [ref.role for ref in self._servers].index(dead)
+        self._wait([s.rpc_async().discard_pushes_from(step) for s in self._servers
+                    if s.role != dead])
+        pushes = self._wait([t.rpc_async().pushes_to(shard, step) for t in self._trainers])
+        self._servers[shard] = deployment.rebuild(
+            self._servers[shard], self.server_class, shard, self.num_servers, ctx.schema,
+            table_dim(ctx.model), ctx.seed, self._base,
+        )
+        self._wait([ref.ready for ref in self._servers[shard:shard + 1] if ref.ready is not None])
+        self._wait(self._servers[shard].rpc_async().replay(pushes, step))
+        return ""
+
+    def _new_base(self, step: int, tables: dict[str, torch.Tensor]) -> None:
+        """Rebuild dead shards from ``tables`` (the rows at boundary ``step``) from now on; the
+        trainers forget the pushes before it (``baselines.sync_ps.pushlog``)."""
+        self._base = ModelState(tables=tables, dense={})
+        self._wait([t.rpc_async().drop_pushes_before(step) for t in self._trainers])
 
     def recoveries(self) -> list[Recovery]:
         return list(self._recoveries)

@@ -26,6 +26,7 @@ from torch.futures import Future
 from bagpipe.core.meter import LinkKind
 from bagpipe.core.roles import RoleRef
 from bagpipe.paramserver import EmbeddingServer, ShardedTables
+from baselines.sync_ps.pushlog import LoggedPush, PushLog
 
 __all__ = ["StepOrderedServer", "StepOrderedTables"]
 
@@ -76,6 +77,15 @@ class StepOrderedServer(EmbeddingServer):
         self._apply_before(None)
         return super().state()
 
+    def replay(self, pushes_by_rank: list[list[LoggedPush]], step: int) -> None:
+        """Rebuild this shard's rows at the boundary before ``step`` from its base (the rows it
+        was built from) and every trainer's logged pushes since (``pushes_by_rank[rank]``,
+        ``pushlog``): each step applied as it was the first time, summed in rank order."""
+        for rank, pushes in enumerate(pushes_by_rank):
+            for push in pushes:
+                self.push_at(push.step, rank, push.ids, push.grads, push.lr)
+        self._apply_before(step)
+
     def _apply_before(self, step: int | None) -> None:
         """Apply, in step order, every buffered step before ``step`` (all of them for ``None``)."""
         with self._pending_lock:
@@ -111,9 +121,10 @@ class StepOrderedTables(ShardedTables):
     (the step and rank are plain arguments), so they cost and count the same.
     """
 
-    def __init__(self, servers: list[RoleRef], rank: int) -> None:
+    def __init__(self, servers: list[RoleRef], rank: int, log: PushLog | None = None) -> None:
         super().__init__(servers)
         self.rank = rank
+        self.log = log  # every push, for rebuilding a dead shard (``pushlog``)
 
     def pull_at(self, step: int, ids: torch.Tensor) -> torch.Tensor:
         """Rows of global ``ids`` for step ``step`` (``[len(ids), dim]``), counted as EMB_PULL."""
@@ -126,11 +137,11 @@ class StepOrderedTables(ShardedTables):
 
     def push_at(self, step: int, ids: torch.Tensor, grads: torch.Tensor, lr: float) -> Future:
         """Send step ``step``'s gradients of ``ids`` to their shards; completes on every ack."""
-        return torch.futures.collect_all(
-            [
-                self.servers[s].rpc_async(kind=LinkKind.EMB_PUSH).push_at(
-                    step, self.rank, ids[pos], grads[pos], lr
-                )
-                for s, pos in self._split(ids)
-            ]
-        )
+        acks = []
+        for s, pos in self._split(ids):
+            push = LoggedPush(step, ids[pos], grads[pos], lr)
+            if self.log is not None:
+                self.log.append(s, push)
+            acks.append(self.servers[s].rpc_async(kind=LinkKind.EMB_PUSH).push_at(
+                step, self.rank, push.ids, push.grads, lr))
+        return torch.futures.collect_all(acks)

@@ -10,9 +10,10 @@ The shards sum each step's pushes in trainer-rank order (``server.py``), so a ru
 and one recovered from a checkpoint ends bit-identical to an uninterrupted one.
 
 Its trainers hold nothing but the dense replica, so with ``standby_trainers`` a dead trainer is
-replaced in place and the step in flight trained again, no step redone
-(``bagpipe.paramserver.system``, *Recovery*); a dead shard still restarts the job from the
-checkpoint.
+replaced in place and the step in flight trained again, no step redone; with ``standby_servers``
+a dead shard is rebuilt in place from the newest checkpoint's rows and the pushes the trainers
+logged since (``pushlog``), again with no step redone (``bagpipe.paramserver.system``,
+*Recovery*).
 
 Processes: ``server_0..S-1`` (:class:`~baselines.sync_ps.server.StepOrderedServer`) and
 ``trainer_0..T-1`` (:class:`~baselines.sync_ps.trainer.SyncPSTrainer`, one gloo group for the dense
@@ -42,19 +43,26 @@ class SyncPS(ParameterServerSystem):
         num_servers: ``S`` embedding-server shards.
         step_timeout_s: how long one step (or a state gather) may take before the run fails.
         standby_trainers: idle trainer processes that replace dead trainers in place.
+        standby_servers: idle server processes that replace dead shards in place (the trainers
+            then log their pushes: ``pushlog``).
     """
 
     name = "sync_ps"
     supports_resume = True
     replaces_trainers = True
+    replaces_servers = True
     server_class = StepOrderedServer
     trainer_class = SyncPSTrainer
 
     def __init__(
         self, num_trainers: int = 2, num_servers: int = 2, step_timeout_s: float = 600.0,
-        standby_trainers: int = 0,
+        standby_trainers: int = 0, standby_servers: int = 0,
     ):
-        super().__init__(num_trainers, num_servers, step_timeout_s, standby_trainers)
+        super().__init__(num_trainers, num_servers, step_timeout_s, standby_trainers,
+                         standby_servers)
+
+    def _trainer_args(self) -> tuple[Any, ...]:
+        return (bool(self.standby_servers),)  # log_pushes: only a shard rebuild needs the log
 
     def train_step(self, step: int, batch: Batch) -> StepResult:
         def issue() -> list[Future]:
@@ -69,8 +77,10 @@ class SyncPS(ParameterServerSystem):
 
     def full_state(self) -> ModelState:
         ctx, _ = self._require_setup()
-        shards = self._shard_states()
-        return ModelState(tables=gather_tables(shards, ctx.schema), dense=self._dense_state())
+        tables = gather_tables(self._shard_states(), ctx.schema)
+        if self.standby_servers:  # a dead shard is rebuilt from these rows from now on
+            self._new_base(self._next_step, tables)
+        return ModelState(tables=tables, dense=self._dense_state())
 
     def stats(self) -> dict[str, Any]:
         return {"num_trainers": self.num_trainers, "num_servers": self.num_servers}

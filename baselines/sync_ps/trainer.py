@@ -10,6 +10,7 @@ from bagpipe.core.meter import Phase, StepRecord
 from bagpipe.core.roles import Rendezvous, RoleRef
 from bagpipe.paramserver import ParameterServerTrainer, wait_acks
 from bagpipe.training.step import forward_backward, sgd_dense_, unique_rows
+from baselines.sync_ps.pushlog import LoggedPush, PushLog
 from baselines.sync_ps.server import StepOrderedTables
 
 
@@ -26,10 +27,12 @@ class SyncPSTrainer(ParameterServerTrainer):
     """
 
     def __init__(
-        self, rank: int, group: Rendezvous, servers: list[RoleRef], spec: TrainerSpec
+        self, rank: int, group: Rendezvous, servers: list[RoleRef], spec: TrainerSpec,
+        log_pushes: bool = False,
     ) -> None:
+        """``log_pushes``: keep every push (``pushlog``), so that a dead shard can be rebuilt."""
         super().__init__(rank, group, servers, spec)
-        self.tables = StepOrderedTables(servers, rank)
+        self.tables = StepOrderedTables(servers, rank, PushLog(len(servers)) if log_pushes else None)
         self.offsets = spec.schema.table_offsets
 
     def train_step(
@@ -55,3 +58,19 @@ class SyncPSTrainer(ParameterServerTrainer):
             sgd_dense_(self.model, self.optim.dense_lr)
         meter.count("unique_rows", float(unique_ids.numel()))
         return grads.loss, meter.end_step()
+
+    def pushes_to(self, shard: int, step: int) -> list[LoggedPush]:
+        """This trainer's pushes to ``shard`` of the finished steps before ``step``; the step in
+        flight's pushes (to any shard) are forgotten, since it is trained again from its start."""
+        log = self._log()
+        log.drop_from(step)
+        return log.before(shard, step)
+
+    def drop_pushes_before(self, step: int) -> None:
+        """The driver took a new base at ``step`` (``pushlog``): the earlier pushes are not needed."""
+        self._log().drop_before(step)
+
+    def _log(self) -> PushLog:
+        if self.tables.log is None:
+            raise RuntimeError(f"trainer_{self.rank}: built without log_pushes")
+        return self.tables.log
