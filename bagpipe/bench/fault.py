@@ -14,22 +14,24 @@ are about the checkpoint path, not the emulated network), for every system that 
   ``overhead_share_pct``: the checkpoints' own time as a share of the plain runs' training time
   (the same quantity without the run-to-run noise);
 * ``detect_s``, ``kill_to_training_s``, ``kill_to_caught_up_s``, ``steps_redone``: a role
-  (``trainer_0``; for ``sync_ps`` also ``server_0``) SIGKILLed halfway between two checkpoints:
+  (``trainer_0``; for ``bagpipe`` and ``sync_ps`` also ``server_0``) SIGKILLed halfway between
+  two checkpoints:
   until the driver notices, until the recovered job completed its first step, until it completed
   the step the kill interrupted, and how many finished steps it trained again. Each row names the
   ``role`` and its ``path`` (``bagpipe.core.recovery``): ``rollback``, the whole-job restart
   (teardown, new processes, restore the checkpoint, redo the steps since), and where the system
   can (:data:`STANDBYS`) also ``replace``, the same kill with standbys (the survivors keep their
-  state, the standby takes over, the step in flight is trained again; a dead ``sync_ps`` shard is
-  rebuilt from the checkpoint's rows and the trainers' logged pushes since, ``pushlog``). The
-  standby's process was spawned with the job, so to compare protocols and not
-  process start-up, the rollback gets the same credit: ``restart_spawn_s`` (the restarted job's
+  state, the standby takes over, the step in flight is trained again; a dead shard is rebuilt
+  from the checkpoint's model and what the trainers logged since: ``sync_ps``'s pushes,
+  ``pushlog``, Bagpipe's write-backs, ``writebacklog``). The standby's process was spawned with
+  the job, so to compare protocols and not process start-up, the rollback gets the same credit: ``restart_spawn_s`` (the restarted job's
   process start-up, spawn to RPC world joined) and ``kill_to_caught_up_prespawned_s`` (caught up
   minus that);
 * ``log_overhead_pct`` (``bagpipe``, ``sync_ps``): the steady-state cost of the replace path,
   the median iteration time with the standbys of :data:`STANDBYS` and the logs they need
-  (Bagpipe's update log of every trainer's rows, ``bagpipe.lrpp.updatelog``; ``sync_ps``'s
-  trainers' push logs, ``baselines.sync_ps.pushlog``, which cost no bytes) against without, six back-to-back runs of 100 steps
+  (Bagpipe's update log of every trainer's rows, ``bagpipe.lrpp.updatelog``, its write-back log
+  and the trainers' agreement on each round; ``sync_ps``'s trainers' push logs,
+  ``baselines.sync_ps.pushlog``, which cost no bytes) against without, six back-to-back runs of 100 steps
   in three adjacent pairs (plain, standby, standby, plain, plain, standby); the columns
   ``pair_min_pct`` and ``pair_max_pct`` give the pairs' spread, which on a shared 2-core host is
   several percent, wider than the 3% goal. So the log's own cost is also stated without that
@@ -71,11 +73,12 @@ _LOG_ORDER = (False, True, True, False, False, True)
 
 #: The systems that replace dead roles in place, and the standbys that lets them.
 STANDBYS: dict[str, dict[str, object]] = {
-    "bagpipe": {"standby_trainers": 1},
+    "bagpipe": {"standby_trainers": 1, "standby_servers": 1},
     "sync_ps": {"standby_trainers": 1, "standby_servers": 1},
 }
 #: The roles each system's kill runs kill (one per run).
-KILLED = {"bagpipe": ("trainer_0",), "sync_ps": ("trainer_0", "server_0"), "torchrec": ("trainer_0",)}
+KILLED = {"bagpipe": ("trainer_0", "server_0"), "sync_ps": ("trainer_0", "server_0"),
+          "torchrec": ("trainer_0",)}
 
 #: The resumable systems and how each is built for this workload.
 SYSTEMS: dict[str, dict[str, object]] = {

@@ -26,9 +26,10 @@ import torch
 from torch.futures import Future
 
 from bagpipe.core.roles.deployment import role_kind
+from bagpipe.core.roles.failures import RoleFailedError
 
 __all__ = [
-    "REPLACE", "ROLLBACK", "Recovery", "replacement_refused", "step_left_by_survivors",
+    "REPLACE", "ROLLBACK", "Recovery", "replaced", "replacement_refused", "step_left_by_survivors",
     "tensors_digest", "update_digest",
 ]
 
@@ -69,6 +70,15 @@ class Recovery:
         return {**asdict(self), "steps_redone": self.steps_redone, "recovery_s": self.recovery_s}
 
 
+def replaced(failure: RoleFailedError, step: int, detected_at_s: float) -> Recovery:
+    """The record of a ``replace`` recovery of ``failure``'s role whose boundary is before
+    ``step``, which was trained (or is trained next) with no step redone."""
+    return Recovery(
+        role=failure.role, reason=str(failure).splitlines()[0], failed_step=step, resumed_step=step,
+        detected_at_s=detected_at_s, trained_at_s=time.perf_counter(), path=REPLACE,
+    )
+
+
 def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
     """sha256 over named tensors (names, dtypes, shapes, bytes), in name order: equal digests mean
     bit-identical tensors (the dense replicas a replacement is checked against)."""
@@ -89,7 +99,10 @@ def step_left_by_survivors(
     roles: Sequence[str], futures: Sequence[Future], dead: str, timeout_s: float
 ) -> str:
     """Wait until every survivor's call for the step in flight (``futures[i]`` is ``roles[i]``'s)
-    has ended; ``""`` when each ended in an error (the step applied nowhere), else why not."""
+    has ended; ``""`` when each ended in an error (the step applied nowhere) or none was made (no
+    step in flight: the death was seen between steps), else why not."""
+    if not futures:
+        return ""
     deadline = time.monotonic() + timeout_s
     for role, future in zip(roles, futures, strict=True):
         if role == dead:

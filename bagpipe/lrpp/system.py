@@ -22,9 +22,12 @@ path), ``partition`` (``False``: no physical partitioning, singleton rows are sh
 every trainer and all-reduced). See ``bagpipe.lrpp.trainer``.
 
 Recovery: ``standby_trainers`` (default 0) pre-spawns idle trainer processes; with one, a dead
-trainer is replaced in place, no step redone (:meth:`Bagpipe._replace_trainer`), and every trainer
-logs its rows to the driver for that (``bagpipe.lrpp.updatelog``). Any other failure, or one the
-replacement cannot prove exact, restarts the job from the checkpoint (``bagpipe.core.recovery``).
+trainer is replaced in place, no step redone (:meth:`Bagpipe._replace_role`), and every trainer
+logs its rows to the driver for that (``bagpipe.lrpp.updatelog``). ``standby_servers`` does the
+same for a dead server shard, whose rows are rebuilt from the newest checkpoint's model and the
+rows the trainers wrote back since, which they log on their side (``bagpipe.lrpp.writebacklog``).
+Any other failure, or one the replacement cannot prove exact, restarts the job from the checkpoint
+(``bagpipe.core.recovery``).
 
 Per-iteration record (``StepResult.record``): bytes/rows summed over trainers, phase times of
 trainer 0, cache hits/misses summed over trainers (a miss = the first read of a row since a prefetch
@@ -42,6 +45,7 @@ import time
 from dataclasses import asdict, replace
 from typing import Any
 
+import torch
 from torch.futures import Future
 
 from bagpipe.core import collectives, runtime
@@ -56,8 +60,8 @@ from bagpipe.core.interface import (
 )
 from bagpipe.core.meter import LinkKind, StepRecord
 from bagpipe.core.recovery import (
-    REPLACE,
     Recovery,
+    replaced,
     replacement_refused,
     step_left_by_survivors,
     tensors_digest,
@@ -68,9 +72,10 @@ from bagpipe.lrpp.oracle_role import OracleRole
 from bagpipe.lrpp.server import BagpipeServerShard
 from bagpipe.lrpp.trainer import BagpipeTrainer, Design
 from bagpipe.lrpp.updatelog import UpdateLog
+from bagpipe.lrpp.writebacklog import replay_write_backs
 from bagpipe.models import table_dim
 from bagpipe.oracle.config import DEFAULT_CLEANUP_FRACTION, OracleConfig, cleanup_interval_for
-from bagpipe.paramserver import gather_rows, server_role, split_tables
+from bagpipe.paramserver import EmbeddingServer, gather_rows, server_role, split_tables
 from bagpipe.training.start import TrainingStream
 
 _RECOVERY_S = 60.0  # how long each wait of a replacement may take
@@ -93,15 +98,18 @@ class Bagpipe(System):
         prefetch: bool = True,
         partition: bool = True,
         standby_trainers: int = 0,
+        standby_servers: int = 0,
     ) -> None:
-        if num_trainers < 1 or num_servers < 1 or standby_trainers < 0:
+        if num_trainers < 1 or num_servers < 1 or min(standby_trainers, standby_servers) < 0:
             raise ValueError(
                 f"system.num_trainers={num_trainers} and system.num_servers={num_servers} must be "
-                f">= 1, system.standby_trainers={standby_trainers} >= 0"
+                f">= 1, system.standby_trainers={standby_trainers} and "
+                f"system.standby_servers={standby_servers} >= 0"
             )
         self.num_trainers = num_trainers
         self.num_servers = num_servers
         self.standby_trainers = standby_trainers
+        self.standby_servers = standby_servers
         if cache_capacity is not None and cache_budget is not None:
             raise ValueError(
                 "system.cache_capacity (rows) and system.cache_budget (share of the rows): give one"
@@ -121,10 +129,15 @@ class Bagpipe(System):
         self._oracle: RoleRef | None = None
         self._totals = StepRecord()
         self._step_offset = 0  # the global step this run started (resumed, or was rebuilt) at
+        self._next_step = 0  # the global step the roles are before (``full_state`` is taken there)
         self._logs: list[UpdateLog] = []  # per trainer, with standby_trainers (``updatelog``)
+        #: With standby_servers, the model a dead shard is rebuilt from (``writebacklog``): the
+        #: last ``full_state``'s, or the one the roles were started from (``None``: seeded).
+        self._base: ModelState | None = None
         self._recoveries: list[Recovery] = []
         self._groups = 0  # trainer groups made so far (each needs its own rendezvous)
         self._progress_report: Future | None = None  # the oracle's reply to the last advance
+        self._abandoned = False  # a replacement began (a standby took over) but was refused
 
     def setup(self, ctx: TrainContext) -> None:
         if ctx.global_batch_size % self.num_trainers:
@@ -141,7 +154,8 @@ class Bagpipe(System):
         trainers = [f"trainer_{k}" for k in range(self.num_trainers)]
         self._deployment = Deployment(
             ["oracle", *servers, *trainers], network=ctx.network,
-            standbys=standby_roles("trainer", self.standby_trainers),
+            standbys=[*standby_roles("trainer", self.standby_trainers),
+                      *standby_roles("server", self.standby_servers)],
         )
         try:
             self._start_roles(ctx.resume)
@@ -160,11 +174,13 @@ class Bagpipe(System):
         assert deployment is not None and ctx is not None
         spec = replace(ctx.trainer_spec(), resume=resume)
         self._step_offset = resume.step if resume else 0
+        self._next_step = self._step_offset
         end = ctx.num_steps if ctx.num_steps is not None else len(ctx.source)
         source = TrainingStream(ctx.source, self._step_offset, end)
         dim = table_dim(ctx.model)
         if self.standby_trainers:
             self._logs = [UpdateLog(ctx.schema.total_rows, dim) for _ in range(self.num_trainers)]
+        self._base = resume.state if resume else None
 
         def build(role: str, old: list[RoleRef], index: int, cls: type, *args: Any,
                   **kwargs: Any) -> RoleRef:
@@ -187,7 +203,8 @@ class Bagpipe(System):
         group = deployment.new_group(f"trainers_{self._groups}", world_size=self.num_trainers)
         self._trainers = built([
             build(f"trainer_{k}", self._trainers, k, BagpipeTrainer, k, group, self._servers,
-                  spec, self.oracle_config, self.design, log_updates=bool(self.standby_trainers))
+                  spec, self.oracle_config, self.design, log_updates=bool(self.standby_trainers),
+                  log_writebacks=bool(self.standby_servers))
             for k in range(self.num_trainers)
         ])
         (self._oracle,) = built([build(
@@ -200,21 +217,21 @@ class Bagpipe(System):
     def train_step(self, step: int, batch: Batch) -> StepResult:
         deployment, _ = self._require_setup()
         parts = split_batch(batch, self.num_trainers)
-        planning_s = self._previous_planning_s()
-        futures = self._issue(step, parts)
-        try:
+        planning_s, futures, logs = 0.0, [], self._logs
+        try:  # a death is seen in any of these waits (the oracle's report is one)
+            planning_s = self._previous_planning_s()
+            futures = self._issue(step, parts)
             results = deployment.wait(futures)
         except RoleFailedError as failure:
             detected_at_s = time.perf_counter()
-            self._replace_trainer(failure, step, futures)
-            results = deployment.wait(self._issue(step, parts))
-            self._recoveries.append(Recovery(
-                role=failure.role, reason=str(failure).splitlines()[0], failed_step=step,
-                resumed_step=step, detected_at_s=detected_at_s,
-                trained_at_s=time.perf_counter(), path=REPLACE,
-            ))
+            finished = self._replace_role(failure, step, futures)
+            if finished is None:  # the step applied nowhere: trained again by the rebuilt roles
+                results, resumed = deployment.wait(self._issue(step, parts)), step
+            else:  # every trainer finished it; the roles were rebuilt from the model after it
+                results, resumed, logs = finished, step + 1, []
+            self._recoveries.append(replaced(failure, resumed, detected_at_s))
         recording_s = time.thread_time()
-        for log, (_, _, entry) in zip(self._logs, results, strict=False):
+        for log, (_, _, entry) in zip(logs, results, strict=False):
             log.record(entry)
         recording_s = time.thread_time() - recording_s
         record = runtime.merge_trainer_records([r for _, r, _ in results])
@@ -222,6 +239,7 @@ class Bagpipe(System):
         if self._logs:  # the driver's CPU share of the update log (the trainers count theirs)
             record.counters["update_log_record_cpu_s"] = recording_s
         self._totals = self._totals + record
+        self._next_step = step + 1
         return StepResult(loss=float(sum(loss for loss, _, _ in results)), record=record)
 
     def _issue(self, step: int, parts: list[Batch]) -> list[Future]:
@@ -251,52 +269,72 @@ class Bagpipe(System):
         return float(deployment.wait(report))
 
     # ------------------------------------------------------------------ recovery
-    def _replace_trainer(self, failure: RoleFailedError, step: int, futures: list[Future]) -> None:
-        """Replace a dead trainer in place (``bagpipe.lrpp.updatelog`` says why it is exact), or
-        raise ``failure`` with the reason it cannot be (``fallback``): the job then restarts from
-        the checkpoint.
+    def _replace_role(
+        self, failure: RoleFailedError, step: int, futures: list[Future]
+    ) -> list[Any] | None:
+        """Replace a dead trainer or server shard in place, or raise ``failure`` with the reason
+        it cannot be (``fallback``): the job then restarts from the checkpoint.
 
-        The model at the boundary before ``step``: the survivors' dense replica (equal by hash),
-        and the rows as the servers hold them, overwritten by the dead trainer's log, overwritten
-        by the survivors' fresh cached rows (their pending sync-later update applied). A standby
-        takes the dead role over, and every shard, trainer and the oracle are rebuilt in place
-        from that model, the oracle planning from ``step`` on.
+        The model at a step boundary is rebuilt from what survives (:meth:`_state_before`), a
+        standby takes the dead role over, and every shard, trainer and the oracle are rebuilt in
+        place from that model, the oracle planning from the boundary on. The boundary is before
+        ``step`` when the step applied nowhere or was not issued (``futures`` empty: the death
+        was seen first), and is trained again; or after it when every trainer finished it (a
+        shard died while no trainer needed it): then its results are returned, else ``None``.
         """
         dead = failure.role
         deployment, _ = self._require_setup()
-        failure.fallback = replacement_refused(
-            dead, [t.role for t in self._trainers], deployment.standbys
-        )
+        trainers = [t.role for t in self._trainers]
+        servers = [s.role for s in self._servers] if self.standby_servers else []
+        failure.fallback = replacement_refused(dead, [*trainers, *servers], deployment.standbys)
         if failure.fallback:
             raise failure
         deployment.take_over(dead)  # its failure is handled from here
-        state, failure.fallback = self._state_before(step, dead, futures)
+        self._abandoned = True  # until the roles are rebuilt: close() then ends them at once
+        finished = None
+        if dead not in trainers and futures:  # fetches waiting on the dead shard's peers end
+            self._release_servers(dead)
+            finished = _finished_everywhere(futures)
+        boundary = step if finished is None else step + 1
+        state, failure.fallback = self._state_before(
+            boundary, dead, futures if futures and finished is None else None
+        )
         if state is None:
             raise failure
-        survivors = [t.role for t in self._trainers if t.role != dead]
+        survivors = [role for role in trainers if role != dead]
         deployment.wait([deployment.rpc_async(r, collectives.leave_group) for r in survivors])
-        self._progress_report = None  # the old oracle's; the rebuilt one starts at ``step``
-        self._start_roles(ResumePoint(step, state))
+        self._progress_report = None  # the old oracle's; the rebuilt one starts at the boundary
+        self._start_roles(ResumePoint(boundary, state))
+        self._abandoned = False
+        return finished
 
     def _state_before(
-        self, step: int, dead: str, futures: list[Future]
+        self, step: int, dead: str, futures: list[Future] | None
     ) -> tuple[ModelState | None, str]:
-        """The model at the boundary before ``step`` from what survives, or why it cannot be had."""
+        """The model at the boundary before ``step`` from what survives, or why it cannot be had.
+
+        The survivors' dense replica (equal by hash), and the rows as the live shards hold them
+        (a dead shard's rebuilt from the base and the trainers' write-backs: ``writebacklog``),
+        overwritten by a dead trainer's update log (``updatelog``), overwritten by the survivors'
+        fresh cached rows (their pending sync-later update applied). ``futures``: the trainers'
+        calls for ``step``, each of which must have failed (``None``: none is in flight).
+        """
         deployment, oracle = self._require_setup()
         assert self._ctx is not None
         survivors = [t for t in self._trainers if t.role != dead]
-        deployment.wait([s.rpc_async().release() for s in self._servers], _RECOVERY_S)
+        self._release_servers(dead)
         deployment.wait([t.rpc_async().close() for t in survivors], _RECOVERY_S)
-        why = step_left_by_survivors(
-            [t.role for t in self._trainers], futures, dead, _RECOVERY_S
-        )
-        if why:
-            return None, why
+        if futures is not None:
+            why = step_left_by_survivors(
+                [t.role for t in self._trainers], futures, dead, _RECOVERY_S
+            )
+            if why:
+                return None, why
         try:
             salvaged = deployment.wait([t.rpc_async().salvage() for t in survivors], _RECOVERY_S)
         except RoleFailedError:
             raise
-        except Exception as exc:  # the dead trainer's share of the pending update never came
+        except Exception as exc:  # a peer's share of the pending update never came
             return None, f"a survivor could not hand over its rows: {str(exc).splitlines()[0]}"
         if any(applied >= step - self._step_offset for applied, *_ in salvaged):
             return None, "a survivor applied the step in flight"
@@ -304,25 +342,68 @@ class Bagpipe(System):
             return None, "the surviving trainers' dense replicas differ"
         if not deployment.wait(oracle.rpc_async().close(), _RECOVERY_S):
             return None, "the oracle did not stop pushing plans"
-        shards = deployment.wait([s.rpc_async().state() for s in self._servers], _RECOVERY_S)
-        rows = gather_rows(shards, self._ctx.schema.total_rows)
-        self._logs[int(dead.rsplit("_", 1)[1])].overlay(rows)
+        rows = self._server_rows(dead)
+        if dead in [t.role for t in self._trainers]:
+            self._logs[int(dead.rsplit("_", 1)[1])].overlay(rows)
         for _, ids, cached, _ in salvaged:
             rows[ids] = cached
         return ModelState(split_tables(rows, self._ctx.schema), dense=salvaged[0][3]), ""
+
+    def _release_servers(self, dead: str) -> None:
+        """End every fetch waiting on a round's barrier on the live shards (a peer is dead)."""
+        deployment, _ = self._require_setup()
+        live = [s for s in self._servers if s.role != dead]
+        deployment.wait([s.rpc_async().release() for s in live], _RECOVERY_S)
+
+    def _server_rows(self, dead: str) -> torch.Tensor:
+        """The flat row space as the shards hold it; shard ``dead``'s (if it is one) rebuilt as
+        the base's rows of the shard overwritten by the trainers' write-backs to it in round
+        order (``bagpipe.lrpp.writebacklog``)."""
+        deployment, _ = self._require_setup()
+        ctx = self._ctx
+        assert ctx is not None
+        live = [s for s in self._servers if s.role != dead]
+        shards = deployment.wait([s.rpc_async().state() for s in live], _RECOVERY_S)
+        if len(live) == len(self._servers):
+            return gather_rows(shards, ctx.schema.total_rows)
+        shard = [s.role for s in self._servers].index(dead)
+        base = EmbeddingServer(shard, self.num_servers, ctx.schema, table_dim(ctx.model),
+                               ctx.seed, self._base)
+        rows = gather_rows([*shards, base.state()], ctx.schema.total_rows)
+        written = deployment.wait([t.rpc_async().writebacks_to(shard) for t in self._trainers],
+                                  _RECOVERY_S)
+        replay_write_backs(rows, [entry for entries in written for entry in entries])
+        return rows
 
     def recoveries(self) -> list[Recovery]:
         return list(self._recoveries)
 
     def full_state(self) -> ModelState:
+        try:
+            return self._gather_state()
+        except RoleFailedError as failure:  # seen between steps: replace the role, gather again
+            detected_at_s = time.perf_counter()
+            self._replace_role(failure, self._next_step, [])
+            self._recoveries.append(replaced(failure, self._next_step, detected_at_s))
+            return self._gather_state()
+
+    def _gather_state(self) -> ModelState:
         deployment, _ = self._require_setup()
         assert self._ctx is not None
+        # With standby servers: the write-backs logged before the snapshots are in this model.
+        marks = deployment.wait([t.rpc_async().writeback_mark() for t in self._trainers]
+                                if self.standby_servers else [])
         snapshots = deployment.wait([t.rpc_async().snapshot() for t in self._trainers])
         shards = deployment.wait([s.rpc_async().state() for s in self._servers])
         rows = gather_rows(shards, self._ctx.schema.total_rows)
         for ids, cached, _ in snapshots:  # cached rows are newer than the servers' copies
             rows[ids] = cached
-        return ModelState(tables=split_tables(rows, self._ctx.schema), dense=snapshots[0][2])
+        state = ModelState(tables=split_tables(rows, self._ctx.schema), dense=snapshots[0][2])
+        if self.standby_servers:  # a dead shard is rebuilt from this model from now on
+            self._base = state
+            deployment.wait([t.rpc_async().trim_writebacks(mark)
+                             for t, mark in zip(self._trainers, marks, strict=True)])
+        return state
 
     def stats(self) -> dict[str, Any]:
         totals = self._totals
@@ -341,7 +422,7 @@ class Bagpipe(System):
         deployment, self._deployment = self._deployment, None
         report, self._progress_report = self._progress_report, None
         try:
-            if deployment.failure is None:
+            if deployment.failure is None and not self._abandoned:
                 if report is not None:  # its reply must not meet a closed connection
                     deployment.wait(report, timeout_s=30)
                 roles = [*self._trainers, *([self._oracle] if self._oracle else [])]
@@ -354,3 +435,16 @@ class Bagpipe(System):
             raise RuntimeError("Bagpipe used before setup(ctx) or after close()")
         return self._deployment, self._oracle
 
+
+def _finished_everywhere(futures: list[Future]) -> list[Any] | None:
+    """Every trainer's result of the step in flight if each finished it, else ``None`` (one
+    failed, or one is still running after ``_RECOVERY_S``)."""
+    deadline = time.monotonic() + _RECOVERY_S
+    while not all(f.done() for f in futures) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if not all(f.done() for f in futures):
+        return None
+    try:
+        return [f.wait() for f in futures]
+    except Exception:
+        return None

@@ -63,6 +63,7 @@ from bagpipe.core.meter import LinkKind, Phase, StepRecord
 from bagpipe.core.roles import Rendezvous, RoleRef
 from bagpipe.lrpp.cache import CacheError, TrainerCache
 from bagpipe.lrpp.updatelog import LogEntry
+from bagpipe.lrpp.writebacklog import WriteBack, WritebackLog
 from bagpipe.models import table_dim
 from bagpipe.oracle.config import OracleConfig
 from bagpipe.oracle.plan import RoundPlan, StepPlan
@@ -166,6 +167,8 @@ class BagpipeTrainer:
         log_updates: reply to every step with its :class:`~bagpipe.lrpp.updatelog.LogEntry`
             (the rows updated and dropped), so the driver can rebuild this trainer's rows if it
             dies; otherwise the entry is ``None``.
+        log_writebacks: keep every row written back (``bagpipe.lrpp.writebacklog``), so the
+            driver can rebuild a dead server shard's rows.
     """
 
     def __init__(
@@ -177,6 +180,7 @@ class BagpipeTrainer:
         oracle: OracleConfig,
         design: Design,
         log_updates: bool = False,
+        log_writebacks: bool = False,
     ) -> None:
         collectives.join_group(group, index)
         self.index = index
@@ -194,6 +198,7 @@ class BagpipeTrainer:
         self._dense_bytes = sum(runtime.nbytes(p) for p in self.model.parameters())
         self.log_updates = log_updates
         self.cache = TrainerCache(oracle.capacity, table_dim(spec.model), journal=log_updates)
+        self.writebacks = WritebackLog() if log_writebacks else None
         self._applied_step = -1  # the last step whose update this trainer applied
         self.board = _Board()
         self._pending_later: tuple[torch.Tensor, collectives.AllReduceHandle] | None = None
@@ -330,12 +335,25 @@ class BagpipeTrainer:
         return lambda: self._allowed >= round_index or self.board.closed
 
     def _wait_installed(self, round_index: int) -> None:
+        """Wait until round ``round_index`` is in the cache; raise if it failed.
+
+        With standbys (either log on), the trainers then agree on it in a 4-byte all-reduce: a
+        shard's death fails the rounds of only the trainers that still needed it, and one that
+        went on alone would wait in the step's collectives for peers that left (until the RPC
+        timeout: 300 s). So either every trainer raises here, or none does, and the step in
+        flight applies nowhere (``Bagpipe._replace_role`` replaces the shard at that boundary, or
+        the job rolls back).
+        """
         with self._round_cond:
             self._round_cond.wait_for(
                 lambda: self._installed >= round_index or self.board.closed
                 or self._round_error is not None
             )
-        if self._round_error is not None:
+        failed = self._round_error is not None
+        if self.log_updates or self.writebacks is not None:
+            (count,) = collectives.allreduce(torch.tensor([float(failed)]), kind=LinkKind.CONTROL)
+            failed = bool(count.item() > 0)
+        if failed:
             raise RuntimeError(f"{self.role}: a cache round failed") from self._round_error
 
     # ------------------------------------------------------------------ background rounds
@@ -412,6 +430,8 @@ class BagpipeTrainer:
         self.cache.install(ids, fetched)
 
     def _write_back(self, shard: int, round_index: int, ids: torch.Tensor, rows: torch.Tensor) -> None:
+        if self.writebacks is not None:  # before sending: the rows are evicted here already
+            self.writebacks.append(WriteBack(round_index, shard, ids, rows))
         self.servers[shard].rpc_sync(kind=LinkKind.EMB_PUSH).write_back(round_index, ids, rows)
 
     def _fetch(self, shard: int, round_index: int, ids: torch.Tensor) -> torch.Tensor:
@@ -421,3 +441,21 @@ class BagpipeTrainer:
 
     def stats(self) -> dict[str, Any]:
         return {"cache_rows": len(self.cache), "cache_slots": self.cache.num_slots}
+
+    # ------------------------------------------------------------------ the write-back log
+    def writeback_mark(self) -> int:
+        """The write-back log's position now (``full_state`` asks before its snapshot)."""
+        return self._writeback_log().mark()
+
+    def trim_writebacks(self, mark: int) -> None:
+        """The driver's base holds every write-back before ``mark``: drop them."""
+        self._writeback_log().trim(mark)
+
+    def writebacks_to(self, shard: int) -> list[WriteBack]:
+        """The logged write-backs to ``shard`` (a dead one, being rebuilt)."""
+        return self._writeback_log().to_shard(shard)
+
+    def _writeback_log(self) -> WritebackLog:
+        if self.writebacks is None:
+            raise RuntimeError(f"{self.role}: built without log_writebacks")
+        return self.writebacks

@@ -53,7 +53,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 from torch.futures import Future
@@ -70,8 +70,8 @@ from bagpipe.core.interface import (
     TrainerSpec,
 )
 from bagpipe.core.recovery import (
-    REPLACE,
     Recovery,
+    replaced,
     replacement_refused,
     step_left_by_survivors,
     tensors_digest,
@@ -86,6 +86,8 @@ from bagpipe.training.start import start_dense_model
 from bagpipe.training.step import replicate_dense
 
 __all__ = ["ParameterServerSystem", "ParameterServerTrainer"]
+
+_T = TypeVar("_T")
 
 
 class ParameterServerTrainer:
@@ -261,13 +263,20 @@ class ParameterServerSystem(System):
             detected_at_s = time.perf_counter()
             self._replace(failure, step, futures)
             result = self._collect(issue())
-            self._recoveries.append(Recovery(
-                role=failure.role, reason=str(failure).splitlines()[0], failed_step=step,
-                resumed_step=step, detected_at_s=detected_at_s,
-                trained_at_s=time.perf_counter(), path=REPLACE,
-            ))
+            self._recoveries.append(replaced(failure, step, detected_at_s))
         self._next_step = step + 1
         return result
+
+    def _between_steps(self, call: Callable[[], _T]) -> _T:
+        """``call()`` (a gather between steps, e.g. ``full_state``); a role whose death it meets
+        is replaced in place as in a step (nothing is in flight), and it is called again."""
+        try:
+            return call()
+        except RoleFailedError as failure:
+            detected_at_s = time.perf_counter()
+            self._replace(failure, self._next_step, [])
+            self._recoveries.append(replaced(failure, self._next_step, detected_at_s))
+            return call()
 
     def _replace(self, failure: RoleFailedError, step: int, futures: list[Future]) -> None:
         """Replace ``failure.role`` in place at the boundary before ``step``, or raise ``failure``

@@ -76,6 +76,9 @@ class SyncPS(ParameterServerSystem):
         return self._train_replacing(step, issue)
 
     def full_state(self) -> ModelState:
+        return self._between_steps(self._gather_state)
+
+    def _gather_state(self) -> ModelState:
         ctx, _ = self._require_setup()
         tables = gather_tables(self._shard_states(), ctx.schema)
         if self.standby_servers:  # a dead shard is rebuilt from these rows from now on

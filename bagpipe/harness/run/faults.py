@@ -29,18 +29,23 @@ def role_process_pid(role: str) -> int:
 
 
 class KillRoles:
-    """Runner callback: SIGKILL ``kills[step]``'s process right after ``step`` (each kill once).
+    """Runner callback: SIGKILL ``kills[step]``'s process ``after_s`` after ``step`` (each once).
 
+    ``after_s`` places a kill where the step's background work is done: a Bagpipe trainer's
+    sync-later all-reduce runs on after its step returns, and a kill before its share arrived
+    rightly takes the rollback path, which a test of the replace path must not depend on.
     ``killed`` lists ``(role, perf_counter time of the kill)`` in order.
     """
 
-    def __init__(self, kills: dict[int, str]) -> None:
+    def __init__(self, kills: dict[int, str], after_s: float = 0.0) -> None:
         self.pending = dict(kills)
+        self.after_s = after_s
         self.killed: list[tuple[str, float]] = []
 
     def on_step(self, step: int, metrics: dict[str, float]) -> None:
         role = self.pending.pop(step, None)
         if role is None:
             return
+        time.sleep(self.after_s)
         os.kill(role_process_pid(role), signal.SIGKILL)
         self.killed.append((role, time.perf_counter()))
