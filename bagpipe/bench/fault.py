@@ -24,7 +24,8 @@ are about the checkpoint path, not the emulated network), for every system that 
   state, the standby takes over, the step in flight is trained again; a dead shard is rebuilt
   from the checkpoint's model and what the trainers logged since: ``sync_ps``'s pushes,
   ``pushlog``, Bagpipe's write-backs, ``writebacklog``). The standby's process was spawned with
-  the job, so to compare protocols and not process start-up, the rollback gets the same credit: ``restart_spawn_s`` (the restarted job's
+  the job, so to compare protocols and not process start-up, the rollback gets the same
+  credit: ``restart_spawn_s`` (the restarted job's
   process start-up, spawn to RPC world joined) and ``kill_to_caught_up_prespawned_s`` (caught up
   minus that);
 * ``log_overhead_pct`` (``bagpipe``, ``sync_ps``): the steady-state cost of the replace path,
@@ -35,9 +36,9 @@ are about the checkpoint path, not the emulated network), for every system that 
   in three adjacent pairs (plain, standby, standby, plain, plain, standby); the columns
   ``pair_min_pct`` and ``pair_max_pct`` give the pairs' spread, which on a shared 2-core host is
   several percent, wider than the 3% goal. So the log's own cost is also stated without that
-  noise: ``log_cpu_share_pct``, the CPU time a step spends building its log entry (per trainer)
-  and recording it (driver), both on the critical path, as a share of the plain median
-  iteration; and ``log_bytes_per_iter``, what the entries add to the replies (the wire charges
+  noise: ``log_cpu_share_pct``, the CPU time a step spends on its logs on the critical path
+  (``recovery_log_cpu_s`` per trainer: Bagpipe's log entry, sync_ps's push-log appends; and
+  Bagpipe's driver recording the entries), as a share of the plain median iteration; and ``log_bytes_per_iter``, what the entries add to the replies (the wire charges
   them as ``data`` traffic on emulated runs).
 
 The full run checkpoints at :data:`~bagpipe.harness.run.recovery.DEFAULT_CHECKPOINT_EVERY` (the
@@ -190,8 +191,8 @@ def _log_overhead_rows(
                                                                            strict=True)]
     plain_mean_s, logged_mean_s = statistics.mean(plain_s), statistics.mean(logged_s)
     critical_s = statistics.mean(
-        s.get("per_iter_update_log_cpu_s", 0.0) / TRAINERS
-        + s.get("per_iter_update_log_record_cpu_s", 0.0) for s in runs[True]
+        s.get("per_iter_recovery_log_cpu_s", 0.0) / TRAINERS
+        + s.get("per_iter_recovery_log_record_cpu_s", 0.0) for s in runs[True]
     )
     added_bytes = statistics.mean(s["bytes_per_iter_data"] for s in runs[True]) - statistics.mean(
         s["bytes_per_iter_data"] for s in runs[False])

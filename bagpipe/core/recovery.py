@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch.futures import Future
@@ -29,9 +29,11 @@ from bagpipe.core.roles.deployment import role_kind
 from bagpipe.core.roles.failures import RoleFailedError
 
 __all__ = [
-    "REPLACE", "ROLLBACK", "Recovery", "replaced", "replacement_refused", "step_left_by_survivors",
-    "tensors_digest", "update_digest",
+    "REPLACE", "ROLLBACK", "Recovery", "ended_within", "replace_between_steps", "replaced",
+    "replacement_refused", "step_left_by_survivors", "tensors_digest", "update_digest",
 ]
+
+_T = TypeVar("_T")
 
 REPLACE = "replace"
 ROLLBACK = "rollback"
@@ -95,6 +97,17 @@ def update_digest(digest: Any, tensors: dict[str, torch.Tensor], prefix: str = "
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
 
 
+def ended_within(futures: Sequence[Future], timeout_s: float) -> bool:
+    """Wait until every one of ``futures`` has ended (in a value or an error), at most
+    ``timeout_s``; whether they all did."""
+    deadline = time.monotonic() + timeout_s
+    while not all(f.done() for f in futures):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def step_left_by_survivors(
     roles: Sequence[str], futures: Sequence[Future], dead: str, timeout_s: float
 ) -> str:
@@ -103,20 +116,33 @@ def step_left_by_survivors(
     step in flight: the death was seen between steps), else why not."""
     if not futures:
         return ""
-    deadline = time.monotonic() + timeout_s
-    for role, future in zip(roles, futures, strict=True):
-        if role == dead:
-            continue
-        while not future.done():
-            if time.monotonic() > deadline:
-                return f"{role} did not leave the step in flight"
-            time.sleep(0.01)
+    survivors = [(r, f) for r, f in zip(roles, futures, strict=True) if r != dead]
+    ended_within([f for _, f in survivors], timeout_s)
+    for role, future in survivors:
+        if not future.done():
+            return f"{role} did not leave the step in flight"
         try:
             future.wait()
         except Exception:
             continue
         return f"{role} finished the step in flight: it cannot be undone"
     return ""
+
+
+def replace_between_steps(
+    call: Callable[[], _T], replace: Callable[[RoleFailedError, int], object], step: int,
+    recoveries: list[Recovery],
+) -> _T:
+    """``call()``, a gather between steps (``full_state``): a role whose death it meets is
+    replaced in place at the boundary before ``step`` (``replace(failure, step)``, which raises
+    the failure when it cannot be), the recovery recorded, and ``call`` made again."""
+    try:
+        return call()
+    except RoleFailedError as failure:
+        detected_at_s = time.perf_counter()
+        replace(failure, step)
+        recoveries.append(replaced(failure, step, detected_at_s))
+        return call()
 
 
 def replacement_refused(dead: str, replaceable: Sequence[str], standbys_left: Sequence[str]) -> str:

@@ -61,6 +61,8 @@ from bagpipe.core.interface import (
 from bagpipe.core.meter import LinkKind, StepRecord
 from bagpipe.core.recovery import (
     Recovery,
+    ended_within,
+    replace_between_steps,
     replaced,
     replacement_refused,
     step_left_by_survivors,
@@ -237,7 +239,7 @@ class Bagpipe(System):
         record = runtime.merge_trainer_records([r for _, r, _ in results])
         record.counters["planning_s"] = planning_s
         if self._logs:  # the driver's CPU share of the update log (the trainers count theirs)
-            record.counters["update_log_record_cpu_s"] = recording_s
+            record.counters["recovery_log_record_cpu_s"] = recording_s
         self._totals = self._totals + record
         self._next_step = step + 1
         return StepResult(loss=float(sum(loss for loss, _, _ in results)), record=record)
@@ -379,13 +381,10 @@ class Bagpipe(System):
         return list(self._recoveries)
 
     def full_state(self) -> ModelState:
-        try:
-            return self._gather_state()
-        except RoleFailedError as failure:  # seen between steps: replace the role, gather again
-            detected_at_s = time.perf_counter()
-            self._replace_role(failure, self._next_step, [])
-            self._recoveries.append(replaced(failure, self._next_step, detected_at_s))
-            return self._gather_state()
+        return replace_between_steps(
+            self._gather_state, lambda failure, step: self._replace_role(failure, step, []),
+            self._next_step, self._recoveries,
+        )
 
     def _gather_state(self) -> ModelState:
         deployment, _ = self._require_setup()
@@ -439,10 +438,7 @@ class Bagpipe(System):
 def _finished_everywhere(futures: list[Future]) -> list[Any] | None:
     """Every trainer's result of the step in flight if each finished it, else ``None`` (one
     failed, or one is still running after ``_RECOVERY_S``)."""
-    deadline = time.monotonic() + _RECOVERY_S
-    while not all(f.done() for f in futures) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    if not all(f.done() for f in futures):
+    if not ended_within(futures, _RECOVERY_S):
         return None
     try:
         return [f.wait() for f in futures]

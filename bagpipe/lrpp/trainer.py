@@ -310,13 +310,13 @@ class BagpipeTrainer:
     # ------------------------------------------------------------------ critical-path helpers
     def _log_entry(self, updated: torch.Tensor) -> LogEntry | None:
         """This step's :class:`LogEntry` (``log_updates``). The CPU time spent building it is
-        counted as ``update_log_cpu_s``: CPU seconds, not wall, so that waiting for a core on a
+        counted as ``recovery_log_cpu_s``: CPU seconds, not wall, so that waiting for a core on a
         shared host is not charged to the log (the fault bench states the log's own cost)."""
         if not self.log_updates:
             return None
         started_s = time.thread_time()
         entry = LogEntry(self.cache.drain_dropped(), updated, self.cache.gather(updated))
-        runtime.current().meter.count("update_log_cpu_s", time.thread_time() - started_s)
+        runtime.current().meter.count("recovery_log_cpu_s", time.thread_time() - started_s)
         return entry
 
     def _finish_pending_later(self) -> tuple[torch.Tensor, torch.Tensor]:

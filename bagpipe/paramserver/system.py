@@ -71,6 +71,7 @@ from bagpipe.core.interface import (
 )
 from bagpipe.core.recovery import (
     Recovery,
+    replace_between_steps,
     replaced,
     replacement_refused,
     step_left_by_survivors,
@@ -268,15 +269,10 @@ class ParameterServerSystem(System):
         return result
 
     def _between_steps(self, call: Callable[[], _T]) -> _T:
-        """``call()`` (a gather between steps, e.g. ``full_state``); a role whose death it meets
-        is replaced in place as in a step (nothing is in flight), and it is called again."""
-        try:
-            return call()
-        except RoleFailedError as failure:
-            detected_at_s = time.perf_counter()
-            self._replace(failure, self._next_step, [])
-            self._recoveries.append(replaced(failure, self._next_step, detected_at_s))
-            return call()
+        """``call()`` (a gather between steps, e.g. ``full_state``), replacing a role whose death
+        it meets as in a step with nothing in flight (``replace_between_steps``)."""
+        return replace_between_steps(call, lambda failure, step: self._replace(failure, step, []),
+                                     self._next_step, self._recoveries)
 
     def _replace(self, failure: RoleFailedError, step: int, futures: list[Future]) -> None:
         """Replace ``failure.role`` in place at the boundary before ``step``, or raise ``failure``
