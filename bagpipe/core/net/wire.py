@@ -117,7 +117,8 @@ class Ledger:
     rx: dict[str, int] = field(default_factory=dict)
 
     def add(self, direction: str, kind: str, nbytes: int) -> None:
-        book = self.tx if direction == "tx" else self.rx
+        """Book ``nbytes`` of ``kind`` as sent (``direction="tx"``) or received (``"rx"``)."""
+        book = {"tx": self.tx, "rx": self.rx}[direction]
         book[kind] = book.get(kind, 0) + nbytes
 
     @property
@@ -183,7 +184,7 @@ class Wire:
         self.meter = meter
         self.nics = nics
         self.topology = network.emulated
-        self.host = DRIVER if role == DRIVER else host_of(role, self.topology.servers)
+        self.host = host_of(role, self.topology.servers)  # the driver: "driver", on no NIC
         self.ledger = Ledger()
         self._lock = threading.Lock()
 
