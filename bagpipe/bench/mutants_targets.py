@@ -79,8 +79,8 @@ TARGETS: tuple[Target, ...] = (
     Target(
         "reader segments",
         "bagpipe/data/segments.py",
-        ("tests/data/test_bad_input.py", "tests/data/test_roundtrip.py",
-         "tests/data/test_reader_properties.py"),
+        ("tests/data/test_segments.py", "tests/data/test_bad_input.py",
+         "tests/data/test_roundtrip.py", "tests/data/test_reader_properties.py"),
         functions=("x_iter_segments", "xǁSegmentǁ*"),
     ),
 )
@@ -93,6 +93,9 @@ EQUIVALENT: dict[str, str] = {
     **{f"bagpipe.data.readers.x__jsonl_record__mutmut_{n}": (
         "`zip(sparse, table_sizes, strict=...)` right after `len(sparse) != len(table_sizes)` "
         "was refused: the two are equally long.") for n in (50, 53, 54)},
+    "bagpipe.data.segments.x_iter_segments__mutmut_23": (
+        "The one-copy shortcut disabled: a segment that is a whole chunk is copied instead of "
+        "handed on, the same bytes."),
     "baselines.fae.scheduler.xǁShuffleSchedulerǁ_new_epoch__mutmut_8": (
         "The first run's length computed for the cold kind: an epoch starts hot only when there "
         "is no cold batch, and then no run ever ends in a swap, whatever its length."),
