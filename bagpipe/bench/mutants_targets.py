@@ -96,6 +96,11 @@ EQUIVALENT: dict[str, str] = {
     "bagpipe.data.segments.x_iter_segments__mutmut_23": (
         "The one-copy shortcut disabled: a segment that is a whole chunk is copied instead of "
         "handed on, the same bytes."),
+    **{f"bagpipe.core.net.wire.xǁWireǁhold_collective__mutmut_{n}": (
+        "The server count dropped from `host_of` for a collective's peers: they are trainers, "
+        "whose host is their own name whatever the count.") for n in (9, 15, 24)},
+    "bagpipe.core.net.wire.x__sleep__mutmut_4": (
+        "`>= 0` for `> 0`: at exactly 0 s left it sleeps 0 s once more."),
     "baselines.fae.scheduler.xǁShuffleSchedulerǁ_new_epoch__mutmut_8": (
         "The first run's length computed for the cold kind: an epoch starts hot only when there "
         "is no cold batch, and then no run ever ends in a swap, whatever its length."),

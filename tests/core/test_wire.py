@@ -117,12 +117,14 @@ def test_every_direction_of_an_rpc_lands_in_its_ledger_book_by_kind() -> None:
     assert (server.ledger.rx, server.ledger.tx) == ({"emb_push": 80}, {"emb_push": 40})
 
 
-def test_a_trainer_counts_its_replies_to_non_trainers_but_not_to_trainers() -> None:
+def test_a_trainer_counts_calls_between_trainers_only_as_their_caller() -> None:
     trainer = _wire("trainer_0")
     trainer.reply("oracle", LinkKind.CONTROL, IDS)
-    trainer.reply("trainer_1", LinkKind.EMB_PULL, ROWS)  # trainer_1 counts it, as its caller
+    trainer.incoming("trainer_1", LinkKind.EMB_PULL, (IDS,), {})  # trainer_1 counts both ways
+    trainer.reply("trainer_1", LinkKind.EMB_PULL, ROWS)
     assert trainer.meter.end_step().bytes_sent == {"control": 40}
-    assert trainer.ledger.tx == {"control": 40, "emb_pull": 80}
+    assert (trainer.ledger.tx, trainer.ledger.rx) == ({"control": 40, "emb_pull": 80},
+                                                      {"emb_pull": 40})
 
 
 def test_collectives_book_their_wire_bytes_under_their_kind() -> None:
