@@ -53,6 +53,10 @@ from bagpipe.bench.mutants_targets import EQUIVALENT, TARGETS, Target
 __all__ = ["report", "run"]
 
 LINKED = ("bagpipe", "baselines", "hydra_plugins", "tests", "suites")
+#: mutmut stops a mutant's tests after ``2 * TIMEOUT_MULTIPLIER * (their clean CPU time + 1 s)``
+#: (a CPU-time limit, so load elsewhere does not trip it). mutmut's 15 gave the hangs of the
+#: readers' loops 30 times the tests' time each, most of a run; 5 still leaves a slowed mutant 10x.
+TIMEOUT_MULTIPLIER = 5.0
 
 
 def run(
@@ -183,6 +187,7 @@ def _mutmut_section(target: Target) -> str:
         f"pytest_add_cli_args = {strings(['-p', 'no:cacheprovider'])}",
         f"also_copy = {strings(['suites', 'hydra_plugins'])}",
         "use_git_change_detection = false",
+        f"timeout_multiplier = {TIMEOUT_MULTIPLIER}",
         "process_isolation = \"forkserver\"",
         "",
     ])
