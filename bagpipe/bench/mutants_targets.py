@@ -93,7 +93,7 @@ EQUIVALENT: dict[str, str] = {
     **{f"bagpipe.data.readers.x__jsonl_record__mutmut_{n}": (
         "`zip(sparse, table_sizes, strict=...)` right after `len(sparse) != len(table_sizes)` "
         "was refused: the two are equally long.") for n in (50, 53, 54)},
-    "bagpipe.data.segments.x_iter_segments__mutmut_23": (
+    "bagpipe.data.segments.x_iter_segments__mutmut_36": (
         "The one-copy shortcut disabled: a segment that is a whole chunk is copied instead of "
         "handed on, the same bytes."),
     **{f"bagpipe.core.net.wire.xǁWireǁhold_collective__mutmut_{n}": (

@@ -29,7 +29,8 @@ def test_nonempty_lines_number_the_rows_the_csv_parser_sees() -> None:
     assert np.array_equal(segment.nonempty_lines(), [40, 42, 45])
 
 
-@pytest.mark.parametrize("data", [b"1\t2\n3\t4\n5\t6\n", b"1\t2\n3\t4\n5\t6", b"1\t22222222\n3\n"])
+@pytest.mark.parametrize("data", [b"1\t2\n3\t4\n5\t6\n", b"1\t2\n3\t4\n5\t6", b"1\t22222222\n3\n",
+                                  b"1\t2"])  # the last: a header line alone, with no newline
 @pytest.mark.parametrize("block_bytes", [1, 3, 4, 64])
 def test_segments_cut_a_file_into_whole_lines_numbered_from_one(
     tmp_path: Path, data: bytes, block_bytes: int
