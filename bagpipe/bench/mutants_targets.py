@@ -101,6 +101,24 @@ EQUIVALENT: dict[str, str] = {
         "whose host is their own name whatever the count.") for n in (9, 15, 24)},
     "bagpipe.core.net.wire.x__sleep__mutmut_4": (
         "`>= 0` for `> 0`: at exactly 0 s left it sleeps 0 s once more."),
+    **{f"bagpipe.oracle.cacher.x__sorted_with_owner__mutmut_{n}": (
+        "int64 sort keys where int32 keys would fit (or a cast that copies where it need not): "
+        "the same sorted ids and owners, more slowly.") for n in (1, 6, 11, 20, 22, 23, 29)},
+    **{f"bagpipe.oracle.cacher.xǁOracleCacherǁ_evict__mutmut_{n}": reason for n, reason in (
+        (17, "`/` for `//` in the spread of write-back owners: the quotient of non-negative "
+             "ints, stored into an int64 array, is truncated to the same floor."),
+        (24, "`max(2, n)` for `max(1, n)`: they differ only at n = 1, where the one owner is "
+             "0 * T // n = 0 either way."),
+        (25, "`None` for `False` stored into a bool array: numpy stores False."))},
+    **{f"bagpipe.oracle.cacher.xǁOracleCacherǁ_flush_plan__mutmut_{n}": (
+        "The resident rows after the flush plan, the last plan of a stream: nothing reads them "
+        "again.") for n in (3, 4)},
+    "bagpipe.oracle.cacher.xǁOracleCacherǁ_furthest__mutmut_1": (
+        "`count > size` for `>=`: at count = size the selection path picks every row as well "
+        "(threshold = the smallest next use; every row is beyond or tied at it)."),
+    "bagpipe.oracle.cacher.xǁOracleCacherǁ_commit__mutmut_5": (
+        "`nxt >= last` also records a use whose next use is the round's last step; that later "
+        "use is committed after it and overwrites all three of the row's fields."),
     "baselines.fae.scheduler.xǁShuffleSchedulerǁ_new_epoch__mutmut_8": (
         "The first run's length computed for the cold kind: an epoch starts hot only when there "
         "is no cold batch, and then no run ever ends in a swap, whatever its length."),

@@ -94,6 +94,25 @@ def test_capacity_below_minimum_raises_with_the_minimum() -> None:
     assert info.value.min_capacity <= tight and info.value.min_capacity > tight - 1
 
 
+def test_capacity_error_names_the_round_its_window_and_the_rows_it_needs() -> None:
+    # Steps 0-11 reuse rows 0 and 1; from step 12 on every step brings two fresh rows, so the
+    # first round that cannot fit is a late one, whose window starts at (r - 1) * ci - 1.
+    stream = [np.array([[0], [1]]) if i < 12 else np.array([[100 + 2 * i], [101 + 2 * i]])
+              for i in range(24)]
+    for capacity, expected in (
+        (5, "round 6 (steps 12..13) needs 6 resident rows at once (steps 9..13); capacity is 5"),
+        (9, "round 7 (steps 14..15) needs 10 resident rows at once (steps 11..15); capacity is 9"),
+    ):
+        config = OracleConfig(2, 4, 2, capacity=capacity)
+        with pytest.raises(CapacityError) as fast:
+            plan_fast(stream, config)
+        with pytest.raises(CapacityError) as reference:
+            plan_reference(stream, config)
+        assert str(fast.value) == str(reference.value) == expected
+        assert fast.value.min_capacity == reference.value.min_capacity == capacity + 1
+    assert plan_fast(stream, OracleConfig(2, 4, 2, capacity=10))[1].rows_prefetched > 0
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_fetches_within_five_percent_of_belady(seed: int) -> None:
     # One trainer (no stale singleton copies to refetch), a capacity 3x the largest round working

@@ -125,6 +125,17 @@ def test_growing_fills_new_buffers_when_a_reserve_is_too_small() -> None:
     assert bigger[2].tolist() == [0, 1, 2] + [NEVER] * 3
 
 
+def test_sorted_with_owner_takes_int64_keys_from_the_first_id_that_would_overflow_int32() -> None:
+    bits = (8).bit_length()  # owners -1..7 take 4 bits: ids below 2**27 fit int32 keys
+    owners = np.array([6, -1, 0, 7, 3])
+    for largest in ((1 << 27) - 1, 1 << 27, (1 << 28) - 1, 1 << 35):
+        ids = np.array([largest, 5, 0, largest - 3, 7])
+        sorted_ids, sorted_owners = _sorted_with_owner(ids, owners, bits)
+        order = np.argsort(ids)
+        assert sorted_ids.tolist() == ids[order].tolist(), largest
+        assert sorted_owners.tolist() == owners[order].tolist(), largest
+
+
 # int32 keys (ids and owners fit 31 bits) / int64 keys
 @pytest.mark.parametrize("top", [1 << 20, 1 << 40])
 def test_sorted_with_owner_sorts_ids_and_carries_their_owners(top: int) -> None:
