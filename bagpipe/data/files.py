@@ -73,16 +73,19 @@ def map_block(path: str, block: RawBlock, *, columns: Sequence[ColumnMap]) -> Ex
 
 def mapped_blocks(
     kind: str, path: str, columns: Sequence[ColumnMap], table_sizes: Sequence[int], num_dense: int,
-    skip_bad_rows: bool, stats: ReadStats,
+    skip_bad_rows: bool, stats: ReadStats, then: Callable[[Examples], Examples] | None = None,
 ) -> Iterator[Examples]:
     """Every row of one file as ``Examples`` (``columns`` map keys; JSON lines are checked against
-    ``table_sizes`` instead)."""
+    ``table_sizes`` instead), each block passed through ``then`` if given: on the read threads,
+    so a consumer's per-block work runs there rather than in its own thread."""
     if kind == "jsonl":
-        yield from iter_jsonl(path, table_sizes, num_dense=num_dense, skip_bad_rows=skip_bad_rows,
-                              stats=stats)
+        blocks: Iterator[Examples] = iter_jsonl(
+            path, table_sizes, num_dense=num_dense, skip_bad_rows=skip_bad_rows, stats=stats)
+        yield from map(then, blocks) if then is not None else blocks
         return
-    blocks = raw_blocks(kind, path, skip_bad_rows, stats)
-    yield from ordered_map(partial(map_block, path, columns=columns), blocks)  # on the read threads
+    work = partial(map_block, path, columns=columns)
+    yield from ordered_map(work if then is None else lambda block: then(work(block)),
+                           raw_blocks(kind, path, skip_bad_rows, stats))  # on the read threads
 
 
 _SAMPLE_BYTES = 1 << 20

@@ -32,6 +32,7 @@ import typing
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,7 @@ from bagpipe.data.fingerprint import file_fingerprint
 from bagpipe.data.presets import get_preset
 from bagpipe.data.readers import ReadStats
 from bagpipe.data.shard_format import FORMAT_VERSION, Manifest, SourceFile, id_dtype
-from bagpipe.data.shard_writer import ShardWriter
+from bagpipe.data.shard_writer import ShardWriter, shard_layout
 from bagpipe.data.vocab import Counter
 
 _SPILL_BYTES_PER_VALUE = 4  # vocab: spilled (value, count) pairs, about a quarter of the cells
@@ -143,12 +144,13 @@ def _build(spec: PrepareSpec, paths: list[str], fingerprints: list[dict[str, obj
         columns = hash_mod_columns(spec.kind, sizes)  # JSON lines need none: they hold rows
     manifest.table_sizes = list(sizes)
     writer = ShardWriter(directory, manifest, id_dtype(sizes))
+    layout = partial(shard_layout, id_dtype=writer.id_dtype)
     with bar.task("preparing") as advance:
         for index, (path, fingerprint) in enumerate(zip(paths, fingerprints, strict=True)):
             writer.begin_file(index)
             stats = ReadStats()
             for block in mapped_blocks(spec.kind, path, columns, sizes, spec.num_dense,
-                                       spec.skip_bad_rows, stats):
+                                       spec.skip_bad_rows, stats, then=layout):
                 writer.append(block)
                 advance(len(block))
             manifest.files.append(SourceFile(fingerprint, stats.rows, stats.bad_rows))

@@ -17,6 +17,18 @@ from bagpipe.data.examples import Examples
 from bagpipe.data.shard_format import COLUMNS, SHARD_ROWS, Manifest, column_path, column_width
 
 
+def shard_layout(block: Examples, id_dtype: np.dtype) -> Examples:
+    """``block`` as the shards store it: labels int8, dense float32, ids ``id_dtype``, each
+    row-major and contiguous. The writer lays out whatever it is given; a producer with threads to
+    spare calls this first (preparing does, on the read threads), which leaves the writer's
+    thread only copying bytes into files (``ShardWriter.append``'s cost was a sixth of
+    preparing's CPU time, all of it on the one thread that consumes the blocks)."""
+    assert block.labels is not None
+    return Examples(np.ascontiguousarray(block.labels, dtype=np.int8),
+                    np.ascontiguousarray(block.dense, dtype=np.float32),
+                    np.ascontiguousarray(block.ids, dtype=id_dtype))
+
+
 class ShardWriter:
     """Appends blocks of examples of the current input file; records shards in ``manifest``."""
 
