@@ -46,11 +46,12 @@ def test_suite_composes_every_system_on_three_datasets_under_fig7s_rules() -> No
         assert terabyte.preset.name == "criteo_terabyte" and terabyte.path == "/data/day_*"
 
 
-def _save(sweep: Path, dataset: str, system: str, seed: int, iter_s: float) -> None:
+def _save(sweep: Path, dataset: str, system: str, seed: int, iter_s: float,
+          git_sha: str = "abc123") -> None:
     record = RunRecord(
         run_name=f"{system}-{dataset}-s{seed}", experiment="e", params={"seed": str(seed)},
         tags={"system": system, "model": "dlrm", "dataset": dataset, "suite": "datasets",
-              "git_sha": "abc123"},
+              "git_sha": git_sha},
         summary={"iter_time_mean_s": iter_s, "iter_time_p50_s": iter_s, "auc": 0.7,
                  "logloss": 0.5},
         status="FINISHED")
@@ -75,9 +76,26 @@ def test_report_takes_each_dataset_from_its_newest_sweep(tmp_path: Path) -> None
     assert runs[runs["dataset"] == "synthetic_kaggle"]["seed"].tolist() == [0] * 6
     assert (tmp_path / "reports" / "datasets.png").stat().st_size > 10_000
     page = (tmp_path / "reports" / "datasets.md").read_text()
-    assert "| synthetic_kaggle | bagpipe | 1 | 50.00 ± – | 5.00x | 0.7000 |" in page
-    assert "| synthetic_avazu | sync_ps | 3 | 1100.00 ± 100.00 | 1.00x | 0.7000 |" in page
+    assert "| synthetic_kaggle | bagpipe | 1 | 50.00 ± – | 5.00x [–, –] | one block | 0.7000 |" in page
+    assert ("| synthetic_avazu | sync_ps | 3 | 1100.00 ± 100.00 | 1.00x [1.00, 1.00] | reference "
+            "| 0.7000 |") in page
+    assert "| synthetic_avazu | bagpipe | 3 | 220.00 ± 20.00 | 5.00x [5.00, 5.00] | faster |" in page
     assert page.index("synthetic_kaggle |") < page.index("synthetic_avazu |")  # paper's order
     assert str(new) in page and str(old) in page
     assert report_main(["datasets", "--sweep-dir", str(old), *out]) == 0
     assert len(pd.read_csv(tmp_path / "results" / "datasets" / "runs.csv")) == 36
+
+
+def test_report_refuses_runs_from_several_commits_unless_drawn_as_a_draft(tmp_path: Path) -> None:
+    sweep = tmp_path / "multirun" / "datasets" / "2026-01-01_00-00-00"
+    for system, base in SYSTEMS.items():
+        for seed in range(2):
+            _save(sweep, "synthetic_kaggle", system, seed, base * (1 + 0.1 * seed),
+                  git_sha="abc123" if seed == 0 else "def456-dirty")
+    out = ["--sweep-dir", str(sweep), "--results-dir", str(tmp_path / "results"),
+           "--reports-dir", str(tmp_path / "reports")]
+    assert report_main(["datasets", *out]) == 1
+    assert not (tmp_path / "reports" / "datasets.md").exists()
+    assert report_main(["datasets", *out, "--allow-unclean"]) == 0
+    page = (tmp_path / "reports" / "datasets.md").read_text()
+    assert page.startswith("> **Draft:** datasets: a result set must come from one clean commit")

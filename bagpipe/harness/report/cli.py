@@ -86,7 +86,7 @@ def _rescaled(args: argparse.Namespace) -> RunsTable | None:
 
 def _datasets(args: argparse.Namespace) -> list[Path]:
     records, used = datasets.newest_runs(args.multirun_root, args.sweep_dir)
-    datasets.report(records, used, args.reference, _outputs(args))
+    datasets.report(records, used, args.reference, _outputs(args), args.allow_unclean)
     return used
 
 
@@ -148,6 +148,8 @@ def parser() -> argparse.ArgumentParser:
     compared = argparse.ArgumentParser(add_help=False)
     compared.add_argument("--reference", default="sync_ps",
                           help="system speedups are measured against")
+    compared.add_argument("--allow-unclean", action="store_true",
+                          help="draw runs from several commits or a dirty tree, marked as a draft")
 
     top = argparse.ArgumentParser(prog="python -m bagpipe.harness.report", description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -164,8 +166,6 @@ def parser() -> argparse.ArgumentParser:
     headline.add_argument("--csv", type=Path, help="re-render from a tidy CSV written earlier")
     headline.add_argument("--from-mlflow", metavar="TRACKING_URI", help="read runs from MLflow")
     headline.add_argument("--experiment", default="bagpipe-harness")
-    headline.add_argument("--allow-unclean", action="store_true",
-                          help="draw runs from several commits or a dirty tree, marked as a draft")
     suite("datasets", _datasets, "E2: iteration time and speedup by system and dataset (each "
           "dataset's newest sweep)", parents=(swept, compared))
     data = suite("skew", _skew, "E4: share of lookups against share of rows", parents=[written])

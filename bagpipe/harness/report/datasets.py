@@ -8,7 +8,11 @@ any (so separate real-data sweeps add up), or every run of ``--sweep-dir``, and 
 * ``results/datasets/runs.csv``: one row per run (the sweep table's columns, speedups included);
 * ``reports/datasets.png``: iteration time and speedup over the reference system, by dataset and
   system, error bars over seeds;
-* ``reports/datasets.md``: per dataset and system: runs, iteration time mean ± sd, speedup, AUC.
+* ``reports/datasets.md``: per dataset and system: runs, iteration time mean ± sd, the paired
+  speedup with its 95% interval and verdict, AUC.
+
+The rules are fig7's: a result set from several commits or a dirty tree is refused (a draft with
+``--allow-unclean``), and a speedup is called faster or slower only where its interval excludes 1.
 """
 
 from __future__ import annotations
@@ -18,8 +22,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from bagpipe.harness.report.loading import load_records
+from bagpipe.harness.report.loading import (
+    UncleanResultsError,
+    load_records,
+    require_one_clean_commit,
+)
+from bagpipe.harness.report.paired import paired_speedup
 from bagpipe.harness.report.plotting import Outputs, pyplot, save_csv, save_figure, write_report
+from bagpipe.harness.report.regime import dilation_lines
 from bagpipe.harness.track.record import RunRecord, find_records
 from bagpipe.harness.track.sweeps import (
     RUNS_CSV,
@@ -58,14 +68,22 @@ def newest_runs(multirun_root: Path, sweep_dir: Path | None) -> tuple[list[RunRe
 
 
 def summary(frame: pd.DataFrame, reference: str) -> pd.DataFrame:
-    """Per (dataset, system) over finished runs: runs, iteration time mean and sd (ms), mean
-    speedup over ``reference`` and mean AUC, datasets and systems in display order."""
+    """Per (dataset, system) over finished runs: runs, iteration time mean and sd (ms), the paired
+    speedup over ``reference`` with its 95% interval and verdict (fig7's rule: one ratio per
+    block), and mean AUC, datasets and systems in display order."""
+    key = speedup_key(reference)
     done = frame[frame["status"] == "FINISHED"].assign(
         iter_ms=lambda f: 1000 * f["iter_time_mean_s"],
-        speedup=lambda f: f.get(speedup_key(reference), math.nan))
-    table = done.groupby(["dataset", "system"], sort=False).agg(
-        runs=("iter_ms", "size"), iter_ms=("iter_ms", "mean"), iter_ms_sd=("iter_ms", "std"),
-        speedup=("speedup", "mean"), auc=("auc", "mean")).reset_index()
+        speedup=lambda f: f.get(key, math.nan))
+    rows = []
+    for (dataset, system), group in done.groupby(["dataset", "system"], sort=False):
+        paired = paired_speedup(group["speedup"].dropna().tolist())
+        rows.append({"dataset": dataset, "system": system, "runs": len(group),
+                     "iter_ms": group["iter_ms"].mean(), "iter_ms_sd": group["iter_ms"].std(),
+                     "speedup": paired.speedup, "ci_low": paired.low, "ci_high": paired.high,
+                     "verdict": paired.verdict if system != reference else "reference",
+                     "auc": group["auc"].mean()})
+    table = pd.DataFrame(rows)
     for column, order in (("dataset", DATASET_ORDER), ("system", SYSTEM_ORDER)):
         table[column] = pd.Categorical(table[column], in_order(table[column], order))
     return table.sort_values(["dataset", "system"]).reset_index(drop=True)
@@ -90,28 +108,44 @@ def draw(frame: pd.DataFrame, reference: str, path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def report(records: list[RunRecord], sweeps: list[Path], reference: str, out: Outputs) -> None:
+def report(records: list[RunRecord], sweeps: list[Path], reference: str, out: Outputs,
+           allow_unclean: bool = False) -> None:
     """Write the runs table, the figure and the page (module docstring) from ``records``, read
-    from ``sweeps``."""
+    from ``sweeps``; refuse runs from several commits or a dirty tree unless ``allow_unclean``
+    (then the page is a marked draft), as fig7 does."""
     source = "sweeps " + ", ".join(str(sweep) for sweep in sweeps)
     if not records:
         raise SystemExit(f"{source}: no runs")
     add_speedups(records, reference)
     frame = runs_frame(records)
+    draft = ""
+    try:
+        require_one_clean_commit(frame, SUITE)
+    except UncleanResultsError as err:
+        if not allow_unclean:
+            raise
+        draft = f"> **Draft:** {err}.\n\n"
     save_csv(frame, out.table(SUITE, RUNS_CSV))
     table = summary(frame, reference)
-    lines = [f"| dataset | system | runs | iter ms (mean ± sd) | speedup vs {reference} | AUC |",
-             "|---|---|---|---|---|---|"]
+    lines = [f"| dataset | system | runs | iter ms (mean ± sd) | speedup vs {reference} [95% CI] "
+             "| verdict | AUC |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {r.dataset} | {r.system} | {r.runs} | {r.iter_ms:.2f} ± {_or_dash(r.iter_ms_sd)} "
-              f"| {_or_dash(r.speedup)}x | {_or_dash(r.auc, '.4f')} |"
+              f"| {_or_dash(r.speedup)}x [{_or_dash(r.ci_low)}, {_or_dash(r.ci_high)}] "
+              f"| {r.verdict} | {_or_dash(r.auc, '.4f')} |"
               for r in table.itertuples(index=False)]
-    write_report(out, SUITE, "every system on the three datasets", draw(frame, reference,
-                 out.figure(SUITE)), lines, CLAIM, [
-                     f"Runs: {source}.",
-                     "DLRM with fig7's settings (batch 1024, 30 steps, the paper's topology); "
-                     f"network: {_network(records)}; the datasets are the generator's Kaggle-, "
-                     "Terabyte- and Avazu-shaped data unless a sweep switched the dataset group "
-                     "to the real files."])
+    page = write_report(out, SUITE, "every system on the three datasets", draw(frame, reference,
+                        out.figure(SUITE)), lines, CLAIM, [
+                            f"Runs: {source}.",
+                            "DLRM with fig7's settings and rules (its steps, batch, topology and "
+                            "dilation; seeds run as interleaved blocks; a speedup is the geometric "
+                            "mean of within-block ratios, called faster or slower only where its "
+                            f"95% interval excludes 1); network: {_network(records)}; the datasets "
+                            "are the generator's Kaggle-, Terabyte- and Avazu-shaped data unless a "
+                            "sweep switched the dataset group to the real files.",
+                            *[line.removeprefix("* ") for line in dilation_lines(frame, "dataset")]],
+                        records)
+    if draft:
+        page.write_text(draft + page.read_text())
 
 
 def _network(records: list[RunRecord]) -> str:

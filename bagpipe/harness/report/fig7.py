@@ -37,6 +37,7 @@ from bagpipe.harness.report.regime import (
     Check,
     agreement,
     beats_base_rate,
+    dilation_lines,
     projected_speedup,
     projected_speedup_key,
     require_passed,
@@ -261,7 +262,7 @@ def _regime_lines(frame: pd.DataFrame, table: pd.DataFrame, reference: str) -> l
         f"{_distinct(frame, 'topology.servers')}; network back-end: "
         f"{_distinct(frame, 'network.backend_used')} (asked: "
         f"{_distinct(frame, 'network.backend')}).",
-        *_dilation_lines(frame),
+        *dilation_lines(frame, "model"),
         f"* Design: {len(seeds)} blocks, one per seed ({', '.join(map(str, seeds))}); each block "
         "one run of every (system, model), in an order randomised per block "
         "(`hydra/sweeper=blocks`).",
@@ -310,21 +311,6 @@ def _distinct(frame: pd.DataFrame, column: str) -> str:
         return "not recorded"
     values = [str(v) for v in dict.fromkeys(frame[column].dropna()) if str(v) != ""]
     return ", ".join(values) or "not recorded"
-
-
-def _dilation_lines(frame: pd.DataFrame) -> list[str]:
-    """The network's dilation per model, with the compute times ``auto`` calibrated it from."""
-    if "dilation.factor" not in frame:
-        return []
-    lines = []
-    columns = ["model", "dilation.factor", "dilation.compute_here_ms", "dilation.compute_target_ms"]
-    present = frame[[c for c in columns if c in frame]].drop_duplicates()
-    for values in present.to_dict("records"):
-        here, target = values.get("dilation.compute_here_ms"), values.get("dilation.compute_target_ms")
-        detail = (f" (a trainer's step: {here} ms here, {target} ms on the topology's device)"
-                  if pd.notna(here) and pd.notna(target) else "")
-        lines.append(f"* {values['model']}: network dilated {values['dilation.factor']}x{detail}.")
-    return lines
 
 
 def _our_claim(table: pd.DataFrame) -> str:

@@ -194,6 +194,22 @@ class FailedCheckError(UncleanResultsError):
     ``--allow-unclean`` draws it as a marked draft, FAIL shown."""
 
 
+def dilation_lines(frame: pd.DataFrame, by: str) -> list[str]:
+    """The network's dilation per ``by`` (a sweep's model or dataset: ``auto`` sets one factor
+    per (sweep, model)), with the compute times it was calibrated from."""
+    if "dilation.factor" not in frame:
+        return []
+    lines = []
+    columns = [by, "dilation.factor", "dilation.compute_here_ms", "dilation.compute_target_ms"]
+    present = frame[[c for c in columns if c in frame]].drop_duplicates()
+    for values in present.to_dict("records"):
+        here, target = values.get("dilation.compute_here_ms"), values.get("dilation.compute_target_ms")
+        detail = (f" (a trainer's step: {here} ms here, {target} ms on the topology's device)"
+                  if pd.notna(here) and pd.notna(target) else "")
+        lines.append(f"* {values[by]}: network dilated {values['dilation.factor']}x{detail}.")
+    return lines
+
+
 def window_checks(frame: pd.DataFrame) -> list[Check]:
     """:data:`WINDOW_CHECKS` for every finished Bagpipe run."""
     runs = frame[(frame["system"] == "bagpipe") & (frame["status"] == "FINISHED")]
