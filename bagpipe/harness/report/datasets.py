@@ -105,6 +105,10 @@ def draw(frame: pd.DataFrame, reference: str, path: Path) -> Path:
         sns.barplot(data=done, y=key, ax=speed_ax, **layout)
         speed_ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     speed_ax.set(ylabel=f"speedup vs {reference}", title=f"speedup over {reference}")
+    if speed_ax.get_legend() is not None:  # one legend: both panels share the hues
+        speed_ax.get_legend().remove()
+    time_ax.set_ylim(top=1.3 * time_ax.get_ylim()[1])  # room for it above the bars
+    time_ax.legend(loc="upper center", ncol=6, fontsize="small", frameon=False)
     return save_figure(fig, path)
 
 
