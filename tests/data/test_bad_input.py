@@ -23,6 +23,7 @@ from bagpipe.data import (
     write_criteo_tsv,
     write_jsonl,
 )
+from bagpipe.data.readers import AVAZU_COLUMNS, avazu_header
 
 NUM_ROWS = 400
 
@@ -211,3 +212,41 @@ def test_each_bad_jsonl_record_says_what_is_wrong(tmp_path: Path, text: str, rea
     path.write_text(f"{good}\n")
     (block,) = iter_jsonl(str(path), (5, 3), num_dense=2)  # no stats passed: counted aside
     assert block.ids.tolist() == [[4, 2]] and block.dense.tolist() == [[0.5, 1.0]]
+
+
+def test_avazu_header_errors_name_the_file_at_line_one_with_both_headers(
+    tmp_path: Path, avazu_gen: SyntheticGenerator
+) -> None:
+    path = tmp_path / "train.csv"
+    write_avazu_csv(str(path), avazu_gen.examples("train", 0, 5), avazu_gen.table_sizes)
+    lines = path.read_text().split("\n")
+    crlf = tmp_path / "crlf.csv"
+    crlf.write_bytes("\r\n".join(lines).encode())
+    assert avazu_header(str(crlf)) == AVAZU_COLUMNS
+    spaced = tmp_path / "spaced.csv"  # a stray space after the last column name
+    spaced.write_text("\n".join([lines[0] + " ", *lines[1:]]))
+    with pytest.raises(DataFormatError) as error:
+        avazu_header(str(spaced))
+    assert (error.value.path, error.value.line, error.value.reason) == (
+        str(spaced), 1, f"not an Avazu header: {lines[0] + ' '!r}; expected "
+        f"{','.join(AVAZU_COLUMNS)!r} (test files without 'click')")
+    undecodable = tmp_path / "latin1.csv"
+    undecodable.write_bytes(b"id,cl\xefck\n")
+    with pytest.raises(DataFormatError, match="cannot read the header") as error:
+        avazu_header(str(undecodable))
+    assert (error.value.path, error.value.line) == (str(undecodable), 1)
+
+
+def test_readers_hand_out_the_example_dtypes_and_count_every_skipped_row(
+    tmp_path: Path, criteo_lines: list[str]
+) -> None:
+    good = '{"label": 0, "dense": [0.5, 1], "sparse": [4, 2]}'
+    path = tmp_path / "small.jsonl"
+    path.write_text(f"{good}\n[1]\n{good}\n{{bad\n{good}\n")
+    stats = ReadStats()
+    (block,) = iter_jsonl(str(path), (5, 3), num_dense=2, skip_bad_rows=True, stats=stats)
+    assert (block.labels.dtype, block.dense.dtype, block.ids.dtype) == (np.int8, np.float32, np.int64)
+    assert (len(block), stats.rows, stats.bad_rows) == (3, 3, 2)
+    tsv = tmp_path / "train.txt"
+    tsv.write_text("\n".join(criteo_lines) + "\n")
+    assert {b.labels.dtype for b in iter_criteo_tsv(str(tsv), block_bytes=1 << 14)} == {np.dtype(np.int8)}
