@@ -15,10 +15,16 @@ import torch
 
 from bagpipe.core.batch import Batch, DatasetSchema, batch_from_arrays, ids_matrix, split_batch
 from bagpipe.core.interface import ModelConfig, ModelState, OptimConfig, TrainContext
+from tests.fault.kill_steps import SEED as KILL_SEED
 
 # Tiny tensors on a shared 2-core machine: intra-op threads only contend (a 60-step training test
 # takes 7 s with the default thread count and 0.1 s with one thread).
 torch.set_num_threads(1)
+
+
+def pytest_report_header() -> str:
+    return f"fault tests: kills at steps drawn with BAGPIPE_KILL_SEED={KILL_SEED} (set it to replay)"
+
 
 TINY_SCHEMA = DatasetSchema(
     name="tiny", num_dense=3, table_sizes=(10, 20, 5), feature_names=("c0", "c1", "c2")

@@ -8,6 +8,8 @@ behind (role processes, the roles' temporary files, network namespaces). The run
 
 The fast-path test can fail only on the fast path: rollback is bit-identical too, so it asserts
 that the ``replace`` path ran, that it redid 0 steps, and that the run trained every step once.
+Kills land at random steps, drawn anew on every run (``kill_steps``: the seed is in pytest's
+header and each failure names its kills).
 """
 
 from __future__ import annotations
@@ -31,8 +33,18 @@ from bagpipe.core.recovery import REPLACE, ROLLBACK
 from bagpipe.harness.run.faults import KillRoles
 from bagpipe.harness.run.recovery import run_with_recovery
 from bagpipe.harness.run.runner import run_training
-from tests.fault.test_kill_roles import CFG, STEPS, Digest, _context, _eval_source, _maker
+from tests.fault.kill_steps import draw, killable, resumed_step
+from tests.fault.test_kill_roles import (
+    CFG,
+    EVERY,
+    STEPS,
+    Digest,
+    _context,
+    _eval_source,
+    _maker,
+)
 
+KILLABLE = killable(STEPS, EVERY)
 NETWORK = (
     NetworkConfig("netns", Topology.uniform(100.0, servers=2))
     if netns_available() is None else NetworkConfig("model", Topology.uniform(100.0, servers=2))
@@ -64,6 +76,21 @@ def _network_context() -> TrainContext:
     return replace(_context(), network=NETWORK)
 
 
+def _trainer_then_server(test: str) -> tuple[int, int]:
+    """A trainer kill, then a server kill after the first checkpoint (so its rollback resumes
+    from a checkpoint), at steps drawn for ``test`` (``kill_steps``)."""
+    rng = draw(test)
+    server = rng.choice([step for step in KILLABLE if step >= EVERY])
+    return rng.choice([step for step in KILLABLE if step < server]), server
+
+
+def _kills(test: str, roles: tuple[str, ...]) -> dict[int, str]:
+    """``roles`` killed in a random order, one each at distinct random steps."""
+    rng = draw(test)
+    return dict(zip(sorted(rng.sample(KILLABLE, len(roles))), rng.sample(roles, len(roles)),
+                    strict=True))
+
+
 def test_sync_ps_replaces_a_dead_trainer_without_redoing_a_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -77,32 +104,36 @@ def test_sync_ps_replaces_a_dead_trainer_without_redoing_a_step(
     before = _leftovers(tmp_path / "tmp")  # the switch and the fork server stay: per process
 
     make, systems = _maker(lambda: SyncPS(num_trainers=2, num_servers=2, standby_trainers=1))
-    digest, killer = Digest(systems), KillRoles({7: "trainer_1", 11: "server_0"})
+    t, s = _trainer_then_server("sync_ps_replaces")
+    digest, killer = Digest(systems), KillRoles({t: "trainer_1", s: "server_0"})
     result, recoveries = run_with_recovery(
         make, _network_context(), _eval_source(), CFG, CheckpointStore(tmp_path / "ckpt"),
         [killer, digest],
     )
     trainer, server = recoveries
+    kills = f"kills: trainer_1 after step {t}, server_0 after step {s}"
     assert (trainer.role, trainer.path, trainer.failed_step, trainer.steps_redone) == (
-        "trainer_1", REPLACE, 8, 0)
+        "trainer_1", REPLACE, t + 1, 0), kills
     assert trainer.recovery_s > 0
-    assert (server.role, server.path, server.resumed_step) == ("server_0", ROLLBACK, 10)
+    assert (server.role, server.path, server.resumed_step) == (
+        "server_0", ROLLBACK, resumed_step(s, EVERY)), kills
     assert server.fallback == "no standby server left"
     assert len(systems) == 2  # the trainer's death did not restart the job
     assert result.summary["steps_redone"] == server.steps_redone
     assert [r["path"] for r in result.stats["recoveries"]] == [REPLACE, ROLLBACK]
     assert [int(m["step"]) for m in result.steps] == list(range(STEPS))
-    assert digest.value == reference.value
+    assert digest.value == reference.value, kills
 
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("bagpipe-")]
     assert _leftovers(tmp_path / "tmp") == before
 
 
 def test_sync_ps_rebuilds_dead_shards_in_place_from_the_logged_pushes(tmp_path: Path) -> None:
-    """Shards die before the first checkpoint (rebuilt from the start rows), after a trainer was
-    replaced (the rebuilt trainers' logs start there) and after a checkpoint (rebuilt from its
-    rows): every death takes the ``replace`` path, no step is redone, the job is never restarted,
-    and the final model is bit-identical to an uninterrupted run's."""
+    """Both shards and a trainer die, in a random order at random steps: a shard rebuilt before
+    the first checkpoint starts from the start rows, one after it from its rows, one after a
+    trainer was replaced from the rebuilt trainers' logs, which start there. Every death takes the
+    ``replace`` path, no step is redone, the job is never restarted, and the final model is
+    bit-identical to an uninterrupted run's."""
     from baselines.sync_ps import SyncPS
 
     make, systems = _maker(lambda: SyncPS(num_trainers=2, num_servers=2))
@@ -113,16 +144,16 @@ def test_sync_ps_rebuilds_dead_shards_in_place_from_the_logged_pushes(tmp_path: 
         lambda: SyncPS(num_trainers=2, num_servers=2, standby_trainers=1, standby_servers=2)
     )
     digest = Digest(systems)
-    kills = {3: "server_1", 7: "trainer_1", 11: "server_0"}
+    kills = _kills("sync_ps_rebuilds", ("server_1", "trainer_1", "server_0"))
     result, recoveries = run_with_recovery(
         make, _network_context(), _eval_source(), CFG, CheckpointStore(tmp_path),
         [KillRoles(kills), digest],
     )
     assert [(r.role, r.path, r.failed_step, r.steps_redone, r.fallback) for r in recoveries] == [
-        (role, REPLACE, step + 1, 0, "") for step, role in kills.items()]
+        (role, REPLACE, step + 1, 0, "") for step, role in kills.items()], kills
     assert len(systems) == 1  # never restarted
     assert [int(m["step"]) for m in result.steps] == list(range(STEPS))
-    assert digest.value == reference.value
+    assert digest.value == reference.value, kills
     assert result.summary["per_iter_recovery_log_cpu_s"] > 0  # the push log's cost is counted
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("bagpipe-")]
 
@@ -144,16 +175,16 @@ def test_bagpipe_rebuilds_dead_shards_in_place_from_the_logged_write_backs(
     make, systems = _maker(lambda: Bagpipe(
         num_trainers=2, num_servers=2, lookahead=8, standby_servers=2))
     digest = Digest(systems)
-    kills = {3: "server_1", 11: "server_0"}
+    kills = _kills("bagpipe_rebuilds", ("server_1", "server_0"))
     result, recoveries = run_with_recovery(
         make, _network_context(), _eval_source(), CFG, CheckpointStore(tmp_path),
         [KillRoles(kills), digest],
     )
     assert [(r.role, r.path, r.steps_redone, r.fallback) for r in recoveries] == [
-        (role, REPLACE, 0, "") for role in kills.values()]
+        (role, REPLACE, 0, "") for role in kills.values()], kills
     assert len(systems) == 1  # never restarted
     assert [int(m["step"]) for m in result.steps] == list(range(STEPS))
-    assert digest.value == reference.value
+    assert digest.value == reference.value, kills
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("bagpipe-")]
 
 
@@ -202,17 +233,20 @@ def test_bagpipe_replaces_a_dead_trainer_without_redoing_a_step(tmp_path: Path) 
         lambda: Bagpipe(num_trainers=2, num_servers=2, lookahead=8, standby_trainers=1)
     )
     digest = Digest(systems)
+    t, s = _trainer_then_server("bagpipe_replaces")
     result, (recovery, server) = run_with_recovery(
         make, _network_context(), _eval_source(), CFG, CheckpointStore(tmp_path),
-        [KillRoles({7: "trainer_1", 11: "server_0"}, after_s=0.2), digest],
+        [KillRoles({t: "trainer_1", s: "server_0"}, after_s=0.2), digest],
     )
+    kills = f"kills: trainer_1 after step {t}, server_0 after step {s}"
     assert (recovery.role, recovery.path, recovery.failed_step, recovery.steps_redone) == (
-        "trainer_1", REPLACE, 8, 0), recovery.fallback
-    # the checkpoint at step 10 was taken from the rebuilt roles; the job restarts from it
-    assert (server.role, server.path, server.resumed_step) == ("server_0", ROLLBACK, 10)
+        "trainer_1", REPLACE, t + 1, 0), (kills, recovery.fallback)
+    # a checkpoint taken after the replacement was taken from the rebuilt roles
+    assert (server.role, server.path, server.resumed_step) == (
+        "server_0", ROLLBACK, resumed_step(s, EVERY)), kills
     assert len(systems) == 2
     assert [int(m["step"]) for m in result.steps] == list(range(STEPS))
-    assert digest.value == reference.value
+    assert digest.value == reference.value, kills
     # the log's own CPU cost is counted, on the trainers and the driver (``bench.fault``)
     assert result.summary["per_iter_recovery_log_cpu_s"] > 0
     assert result.summary["per_iter_recovery_log_record_cpu_s"] > 0
