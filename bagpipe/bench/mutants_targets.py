@@ -103,7 +103,14 @@ EQUIVALENT: dict[str, str] = {
         "`>= 0` for `> 0`: at exactly 0 s left it sleeps 0 s once more."),
     **{f"bagpipe.oracle.cacher.x__sorted_with_owner__mutmut_{n}": (
         "int64 sort keys where int32 keys would fit (or a cast that copies where it need not): "
-        "the same sorted ids and owners, more slowly.") for n in (1, 6, 11, 20, 22, 23, 29)},
+        "the same sorted ids and owners, more slowly.")
+       for n in (1, 6, 11, 20, 22, 23, 29, 31, 33, 37, 39, 45)},
+    **{f"bagpipe.oracle.cacher.xǁOracleCacherǁ_record__mutmut_{n}": (
+        "The reserve thread's ready buffers not handed to `cover`: it allocates them itself (a "
+        "stall, counted in `stalls`), the same rows in the same arrays.") for n in (6, 8)},
+    **{f"bagpipe.oracle.cacher.xǁOracleCacherǁ_record__mutmut_{n}": (
+        "`np.arange(..., dtype=np.int64)` without the dtype: numpy 2's default integer is int64 "
+        "on every platform.") for n in (47, 49)},
     **{f"bagpipe.oracle.cacher.xǁOracleCacherǁ_evict__mutmut_{n}": reason for n, reason in (
         (17, "`/` for `//` in the spread of write-back owners: the quotient of non-negative "
              "ints, stored into an int64 array, is truncated to the same floor."),
