@@ -131,6 +131,24 @@ EQUIVALENT: dict[str, str] = {
         "copied either way."),
     "bagpipe.data.readers.x__parse_ints__mutmut_40": (
         "`int(text)` for `int(text, 10)`: base 10 is int's default."),
+    **{f"bagpipe.data.readers.x__read_segment__mutmut_{n}": (
+        "The int64 fast path never taken (or its parsed types never handed in): every segment "
+        "parses on the checked path, which gives the same values and errors "
+        "(test_criteo_checked_path_matches_fast_path), more slowly.") for n in (46, 50)},
+    "bagpipe.data.readers.x__read_blocks__mutmut_7": (
+        "The int64 fast path's types not handed in: as `_read_segment` mutants 46 and 50."),
+    "bagpipe.data.readers.x__read_segment__mutmut_25": (
+        "pyarrow's block one byte larger still holds the whole segment in one block."),
+    "bagpipe.data.readers.xǁ_RowCheckerǁfinish__mutmut_12": (
+        "`None` stored into a bool array: numpy stores False."),
+    "bagpipe.data.readers.xǁ_RowCheckerǁfinish__mutmut_16": (
+        "`is_row[0] = ...` for `&=`: they differ only when the segment's first line is itself an "
+        "invalid row, which is then the earliest problem and the one reported either way."),
+    "bagpipe.data.readers.xǁ_RowCheckerǁfinish__mutmut_38": (
+        "An all-True mask for None when only invalid rows were dropped: pyarrow left those rows "
+        "out already, so keeping every parsed row is what None does."),
+    "bagpipe.data.readers.xǁ_RowCheckerǁflag__mutmut_13": (
+        "\"UTF-8\" for \"utf-8\": Python's codec names are case-insensitive."),
     **{f"bagpipe.data.readers.x_iter_jsonl__mutmut_{n}": (
         "The ids' `dtype=np.int64` dropped: numpy 2 makes Python ints int64 on every platform.")
        for n in (34, 36)},

@@ -250,3 +250,121 @@ def test_readers_hand_out_the_example_dtypes_and_count_every_skipped_row(
     tsv = tmp_path / "train.txt"
     tsv.write_text("\n".join(criteo_lines) + "\n")
     assert {b.labels.dtype for b in iter_criteo_tsv(str(tsv), block_bytes=1 << 14)} == {np.dtype(np.int8)}
+
+
+def _read_all(path: Path, **kwargs: object) -> list:
+    return list(iter_criteo_tsv(str(path), **kwargs))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("value", "reason"), [
+    ("NA", "integer feature int_4 is not an integer: 'NA'"),  # pyarrow's default null markers are not missing values
+    ("nan", "integer feature int_4 is not an integer: 'nan'"),
+    ("9223372036854775808", "integer feature int_4 is not an integer: '9223372036854775808'"),  # int64 max + 1
+    ("\u00ff5", "integer feature int_4 is not an integer: '\u00ff5'"),
+])
+def test_a_bad_cell_is_named_with_its_value(
+    tmp_path: Path, criteo_lines: list[str], value: str, reason: str
+) -> None:
+    path = tmp_path / "train.txt"
+    path.write_text("\n".join(_corrupt(criteo_lines, 40, 5, value)) + "\n")
+    with pytest.raises(DataFormatError) as error:
+        _read_all(path, block_bytes=1 << 14)
+    assert (error.value.line, error.value.reason) == (40, reason)
+
+
+def test_an_undecodable_cell_is_named_with_replacement_characters(
+    tmp_path: Path, criteo_lines: list[str]
+) -> None:
+    path = tmp_path / "train.txt"
+    lines = _corrupt(criteo_lines, 40, 20, "zz")
+    path.write_bytes(("\n".join(lines) + "\n").replace("\tzz\t", "\tz\udcff\t").encode(
+        "utf-8", "surrogateescape"))
+    with pytest.raises(DataFormatError) as error:
+        _read_all(path, block_bytes=1 << 14)
+    assert (error.value.line, error.value.reason) == (40, "categorical cat_6 is not hex: 'z\ufffd'")
+
+
+def test_int64_bounds_are_values_on_the_checked_path(tmp_path: Path, criteo_lines: list[str]) -> None:
+    lines = _corrupt(criteo_lines, 10, 3, "9223372036854775807")
+    lines = _corrupt(lines, 11, 3, "-9223372036854775808")
+    lines = _corrupt(lines, 12, 3, "x")  # sends the column to the cell-by-cell path
+    path = tmp_path / "train.txt"
+    path.write_text("\n".join(lines) + "\n")
+    stats = ReadStats()
+    (block,) = _read_all(path, skip_bad_rows=True, stats=stats)
+    assert stats.bad_rows == 1
+    assert block.dense_raw[9:11, 2].tolist() == [2**63 - 1, -(2**63)]
+
+
+def test_errors_map_to_lines_past_pyarrows_own_block_size(
+    tmp_path: Path, kaggle_gen: SyntheticGenerator
+) -> None:
+    """A segment of several MB (pyarrow's default block is 1 MB) still numbers its rows exactly."""
+    path = tmp_path / "big.txt"
+    write_criteo_tsv(str(path), kaggle_gen.examples("train", 5, 20_000), kaggle_gen.table_sizes)
+    lines = path.read_text().split("\n")[:-1]
+    assert 2 << 20 < len("\n".join(lines[:12_000])) < 4 << 20  # in the first 4 MB segment
+    for field, value, reason in ((1, None, "expected 40 fields, got 39"),
+                                 (20, "zz00ff00", "categorical cat_6 is not hex: 'zz00ff00'")):
+        bad = tmp_path / "bad.txt"
+        bad.write_text("\n".join(_corrupt(lines, 12_001, field, value)) + "\n")
+        with pytest.raises(DataFormatError) as error:
+            _read_all(bad)
+        assert (error.value.line, reason in error.value.reason) == (12_001, True)
+
+
+def test_a_bad_value_just_before_a_short_row_is_named_first(
+    tmp_path: Path, criteo_lines: list[str]
+) -> None:
+    lines = _corrupt(_corrupt(criteo_lines, 60, 20, "zz00ff00"), 61, 1, None)
+    path = tmp_path / "train.txt"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataFormatError) as error:
+        _read_all(path, block_bytes=1 << 14)
+    assert (error.value.line, error.value.reason) == (60, "categorical cat_6 is not hex: 'zz00ff00'")
+
+
+def test_a_quote_is_data_not_a_quoted_field(tmp_path: Path, criteo_lines: list[str]) -> None:
+    path = tmp_path / "train.txt"
+    path.write_text("\n".join(_corrupt(criteo_lines, 30, 20, '"ab')) + "\n")
+    with pytest.raises(DataFormatError) as error:
+        _read_all(path, block_bytes=1 << 14)
+    assert (error.value.line, error.value.reason) == (30, "categorical cat_6 is not hex: '\"ab'")
+
+
+def test_skipping_bad_rows_keeps_every_field_of_the_others(
+    tmp_path: Path, criteo_lines: list[str], avazu_gen: SyntheticGenerator
+) -> None:
+    clean, bad = tmp_path / "clean.txt", tmp_path / "bad.txt"
+    clean.write_text("\n".join(criteo_lines[:9] + criteo_lines[10:]) + "\n")
+    bad.write_text("\n".join(_corrupt(criteo_lines, 10, 20, "zz")) + "\n")
+    (kept,), (expected,) = _read_all(bad, skip_bad_rows=True), _read_all(clean)
+    for name in ("labels", "dense_raw", "dense_missing", "keys", "key_missing"):
+        np.testing.assert_array_equal(getattr(kept, name), getattr(expected, name), err_msg=name)
+    path = tmp_path / "train.csv"
+    write_avazu_csv(str(path), avazu_gen.examples("train", 0, 30), avazu_gen.table_sizes)
+    lines = path.read_text().split("\n")
+    fields = lines[1].split(",")  # the first data row, line 2: right after the header
+    fields[5] = "xyz!"
+    (bad_csv := tmp_path / "bad.csv").write_text("\n".join([lines[0], ",".join(fields), *lines[2:]]))
+    with pytest.raises(DataFormatError) as error:
+        list(iter_avazu_csv(str(bad_csv)))
+    assert error.value.line == 2 and "site_id" in error.value.reason
+    (kept_csv,) = iter_avazu_csv(str(bad_csv), skip_bad_rows=True)
+    (all_csv,) = iter_avazu_csv(str(path))
+    for column in ("id", "hour"):
+        np.testing.assert_array_equal(kept_csv.extra[column], all_csv.extra[column][1:])
+
+
+def test_bytes_that_are_not_utf8_in_an_integer_column_fail_their_segment(
+    tmp_path: Path, criteo_lines: list[str]
+) -> None:
+    """No row of such a segment can be trusted: the error names the segment's first line."""
+    path = tmp_path / "train.txt"
+    text = "\n".join(_corrupt(criteo_lines, 40, 5, "zz")) + "\n"
+    path.write_bytes(text.replace("\tzz\t", "\t\udcff5\t").encode("utf-8", "surrogateescape"))
+    with pytest.raises(DataFormatError) as error:
+        _read_all(path, block_bytes=1 << 14)
+    assert (error.value.path, error.value.line) == (str(path), 1)  # 16 KB segments: line 40 in 1
+    assert error.value.reason.startswith("unreadable input (corrupt?): ")
+    assert str(error.value).startswith(f"{path}:1: unreadable input")
