@@ -96,10 +96,12 @@ def test_capacity_below_minimum_raises_with_the_minimum() -> None:
 
 def test_capacity_error_names_the_round_its_window_and_the_rows_it_needs() -> None:
     # Steps 0-11 reuse rows 0 and 1; from step 12 on every step brings two fresh rows, so the
-    # first round that cannot fit is a late one, whose window starts at (r - 1) * ci - 1.
+    # first round that cannot fit is round 0 (its window clipped at step 0) or a late one, whose
+    # window starts at (r - 1) * ci - 1.
     stream = [np.array([[0], [1]]) if i < 12 else np.array([[100 + 2 * i], [101 + 2 * i]])
               for i in range(24)]
     for capacity, expected in (
+        (1, "round 0 (steps 0..1) needs 2 resident rows at once (steps 0..1); capacity is 1"),
         (5, "round 6 (steps 12..13) needs 6 resident rows at once (steps 9..13); capacity is 5"),
         (9, "round 7 (steps 14..15) needs 10 resident rows at once (steps 11..15); capacity is 9"),
     ):
