@@ -39,13 +39,28 @@ def report(frame: pd.DataFrame, reports_dir: Path) -> list[Path]:
     A ``mutants_before.csv`` beside the table (the rows of an earlier run, kept by hand) adds a
     table of the percentages then and now."""
     by_module = {target.module: target for target in TARGETS}
-    sections = [_survivors(by_module[module]) for module in frame.module]
+    path = reports_dir / "mutants.md"
+    kept = _sections(path.read_text()) if path.exists() else {}
+    sections = [_survivors(by_module[module]) if work_dir(by_module[module]).is_dir()
+                else kept.get(module, f"## {module}\n\nNo work folder here, no earlier section.\n")
+                for module in frame.module]
     before = ROOT / "results" / "bench" / "mutants_before.csv"
     then = _then_and_now(pd.read_csv(before), frame) if before.exists() else ""
     reports_dir.mkdir(parents=True, exist_ok=True)
-    path = reports_dir / "mutants.md"
     path.write_text("\n".join([_header(frame), then, *sections]))
     return [path]
+
+
+def _sections(page: str) -> dict[str, str]:
+    """The survivors' sections of an earlier report by module: a module whose work folder is not
+    here (measured on another checkout, or by an earlier run) keeps its section as written then,
+    beside its row of the table, which is kept the same way (``mutants.main``)."""
+    sections = {}
+    for part in page.split("\n## ")[1:]:
+        heading = part.split("\n", 1)[0]
+        if " (`" in heading:  # "<module> (`<source>`)"; other headings are not modules
+            sections[heading.split(" (`")[0]] = "## " + part.rstrip("\n") + "\n"
+    return sections
 
 
 def _markdown(frame: pd.DataFrame) -> str:
