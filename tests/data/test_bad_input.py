@@ -368,3 +368,29 @@ def test_bytes_that_are_not_utf8_in_an_integer_column_fail_their_segment(
     assert (error.value.path, error.value.line) == (str(path), 1)  # 16 KB segments: line 40 in 1
     assert error.value.reason.startswith("unreadable input (corrupt?): ")
     assert str(error.value).startswith(f"{path}:1: unreadable input")
+
+
+def test_a_bad_value_just_after_a_short_row_keeps_its_own_line(
+    tmp_path: Path, criteo_lines: list[str]
+) -> None:
+    """The short row is no row of the parsed table: the rows after it map to their own lines."""
+    lines = _corrupt(_corrupt(criteo_lines, 62, 20, "zz00ff00"), 61, 1, None)
+    path = tmp_path / "train.txt"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataFormatError) as error:
+        _read_all(path, block_bytes=1 << 14)
+    assert (error.value.line, error.value.reason) == (61, "expected 40 fields, got 39")
+    stats = ReadStats()
+    assert sum(len(b) for b in _read_all(path, skip_bad_rows=True, stats=stats)) == NUM_ROWS - 2
+
+
+def test_an_unlabelled_file_skips_its_bad_rows_too(tmp_path: Path, criteo_lines: list[str]) -> None:
+    unlabelled = [line.split("\t", 1)[1] for line in criteo_lines]  # Kaggle's test.txt: 39 fields
+    fields = unlabelled[20].split("\t")
+    fields[19] = "zz"
+    unlabelled[20] = "\t".join(fields)
+    path = tmp_path / "test.txt"
+    path.write_text("\n".join(unlabelled) + "\n")
+    stats = ReadStats()
+    blocks = _read_all(path, has_label=False, skip_bad_rows=True, stats=stats)
+    assert [b.labels for b in blocks] == [None] and (stats.rows, stats.bad_rows) == (NUM_ROWS - 1, 1)
