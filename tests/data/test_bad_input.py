@@ -23,7 +23,7 @@ from bagpipe.data import (
     write_criteo_tsv,
     write_jsonl,
 )
-from bagpipe.data.readers import AVAZU_COLUMNS, avazu_header
+from bagpipe.data.readers import AVAZU_COLUMNS, DEFAULT_BLOCK_BYTES, avazu_header
 
 NUM_ROWS = 400
 
@@ -256,6 +256,16 @@ def _read_all(path: Path, **kwargs: object) -> list:
     return list(iter_criteo_tsv(str(path), **kwargs))  # type: ignore[arg-type]
 
 
+def _error_of(path: Path, lines: list[str], **kwargs: object) -> DataFormatError:
+    """The error reading ``lines`` as a Criteo file at ``path`` raises (16 KB segments unless
+    ``kwargs`` say otherwise); lone surrogates in ``lines`` are written as the bytes they stand
+    for, so a test can plant bytes that are not UTF-8."""
+    path.write_bytes(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+    with pytest.raises(DataFormatError) as error:
+        _read_all(path, **{"block_bytes": 1 << 14, **kwargs})
+    return error.value
+
+
 @pytest.mark.parametrize(("value", "reason"), [
     ("NA", "integer feature int_4 is not an integer: 'NA'"),  # pyarrow's default null markers are not missing values
     ("nan", "integer feature int_4 is not an integer: 'nan'"),
@@ -265,23 +275,15 @@ def _read_all(path: Path, **kwargs: object) -> list:
 def test_a_bad_cell_is_named_with_its_value(
     tmp_path: Path, criteo_lines: list[str], value: str, reason: str
 ) -> None:
-    path = tmp_path / "train.txt"
-    path.write_text("\n".join(_corrupt(criteo_lines, 40, 5, value)) + "\n")
-    with pytest.raises(DataFormatError) as error:
-        _read_all(path, block_bytes=1 << 14)
-    assert (error.value.line, error.value.reason) == (40, reason)
+    error = _error_of(tmp_path / "train.txt", _corrupt(criteo_lines, 40, 5, value))
+    assert (error.line, error.reason) == (40, reason)
 
 
 def test_an_undecodable_cell_is_named_with_replacement_characters(
     tmp_path: Path, criteo_lines: list[str]
 ) -> None:
-    path = tmp_path / "train.txt"
-    lines = _corrupt(criteo_lines, 40, 20, "zz")
-    path.write_bytes(("\n".join(lines) + "\n").replace("\tzz\t", "\tz\udcff\t").encode(
-        "utf-8", "surrogateescape"))
-    with pytest.raises(DataFormatError) as error:
-        _read_all(path, block_bytes=1 << 14)
-    assert (error.value.line, error.value.reason) == (40, "categorical cat_6 is not hex: 'z\ufffd'")
+    error = _error_of(tmp_path / "train.txt", _corrupt(criteo_lines, 40, 20, "z\udcff"))
+    assert (error.line, error.reason) == (40, "categorical cat_6 is not hex: 'z\ufffd'")
 
 
 def test_int64_bounds_are_values_on_the_checked_path(tmp_path: Path, criteo_lines: list[str]) -> None:
@@ -306,30 +308,22 @@ def test_errors_map_to_lines_past_pyarrows_own_block_size(
     assert 2 << 20 < len("\n".join(lines[:12_000])) < 4 << 20  # in the first 4 MB segment
     for field, value, reason in ((1, None, "expected 40 fields, got 39"),
                                  (20, "zz00ff00", "categorical cat_6 is not hex: 'zz00ff00'")):
-        bad = tmp_path / "bad.txt"
-        bad.write_text("\n".join(_corrupt(lines, 12_001, field, value)) + "\n")
-        with pytest.raises(DataFormatError) as error:
-            _read_all(bad)
-        assert (error.value.line, reason in error.value.reason) == (12_001, True)
+        error = _error_of(tmp_path / "bad.txt", _corrupt(lines, 12_001, field, value),
+                          block_bytes=DEFAULT_BLOCK_BYTES)
+        assert (error.line, error.reason) == (12_001, reason)
 
 
 def test_a_bad_value_just_before_a_short_row_is_named_first(
     tmp_path: Path, criteo_lines: list[str]
 ) -> None:
     lines = _corrupt(_corrupt(criteo_lines, 60, 20, "zz00ff00"), 61, 1, None)
-    path = tmp_path / "train.txt"
-    path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(DataFormatError) as error:
-        _read_all(path, block_bytes=1 << 14)
-    assert (error.value.line, error.value.reason) == (60, "categorical cat_6 is not hex: 'zz00ff00'")
+    error = _error_of(tmp_path / "train.txt", lines)
+    assert (error.line, error.reason) == (60, "categorical cat_6 is not hex: 'zz00ff00'")
 
 
 def test_a_quote_is_data_not_a_quoted_field(tmp_path: Path, criteo_lines: list[str]) -> None:
-    path = tmp_path / "train.txt"
-    path.write_text("\n".join(_corrupt(criteo_lines, 30, 20, '"ab')) + "\n")
-    with pytest.raises(DataFormatError) as error:
-        _read_all(path, block_bytes=1 << 14)
-    assert (error.value.line, error.value.reason) == (30, "categorical cat_6 is not hex: '\"ab'")
+    error = _error_of(tmp_path / "train.txt", _corrupt(criteo_lines, 30, 20, '"ab'))
+    assert (error.line, error.reason) == (30, "categorical cat_6 is not hex: '\"ab'")
 
 
 def test_skipping_bad_rows_keeps_every_field_of_the_others(
@@ -361,25 +355,19 @@ def test_bytes_that_are_not_utf8_in_an_integer_column_fail_their_segment(
 ) -> None:
     """No row of such a segment can be trusted: the error names the segment's first line."""
     path = tmp_path / "train.txt"
-    text = "\n".join(_corrupt(criteo_lines, 40, 5, "zz")) + "\n"
-    path.write_bytes(text.replace("\tzz\t", "\t\udcff5\t").encode("utf-8", "surrogateescape"))
-    with pytest.raises(DataFormatError) as error:
-        _read_all(path, block_bytes=1 << 14)
-    assert (error.value.path, error.value.line) == (str(path), 1)  # 16 KB segments: line 40 in 1
-    assert error.value.reason.startswith("unreadable input (corrupt?): ")
-    assert str(error.value).startswith(f"{path}:1: unreadable input")
+    error = _error_of(path, _corrupt(criteo_lines, 40, 5, "\udcff5"))
+    assert (error.path, error.line) == (str(path), 1)  # 16 KB segments: line 40 in the first
+    assert error.reason.startswith("unreadable input (corrupt?): ")
+    assert str(error).startswith(f"{path}:1: unreadable input")
 
 
 def test_a_bad_value_just_after_a_short_row_keeps_its_own_line(
     tmp_path: Path, criteo_lines: list[str]
 ) -> None:
     """The short row is no row of the parsed table: the rows after it map to their own lines."""
-    lines = _corrupt(_corrupt(criteo_lines, 62, 20, "zz00ff00"), 61, 1, None)
     path = tmp_path / "train.txt"
-    path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(DataFormatError) as error:
-        _read_all(path, block_bytes=1 << 14)
-    assert (error.value.line, error.value.reason) == (61, "expected 40 fields, got 39")
+    error = _error_of(path, _corrupt(_corrupt(criteo_lines, 62, 20, "zz00ff00"), 61, 1, None))
+    assert (error.line, error.reason) == (61, "expected 40 fields, got 39")
     stats = ReadStats()
     assert sum(len(b) for b in _read_all(path, skip_bad_rows=True, stats=stats)) == NUM_ROWS - 2
 
