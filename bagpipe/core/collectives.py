@@ -53,6 +53,7 @@ __all__ = [
     "FusedTail",
     "allreduce",
     "allreduce_async",
+    "any_failed",
     "ddp_hook",
     "group_size",
     "join_group",
@@ -171,6 +172,19 @@ def allreduce(
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
     _unflatten_into(flat, tensors)
     return tensors
+
+
+def any_failed(failed: bool) -> bool:
+    """Whether any trainer of the group says ``failed``: a 4-byte all-reduce every member calls.
+
+    A trainer whose call to a dead role failed must not leave the step alone while its peers,
+    whose calls succeeded, go on into the step's next collective: they would wait there for it
+    until the group's timeout. Agreeing first makes every trainer raise, or none, so the step in
+    flight applies nowhere and the dead role can be replaced at that boundary
+    (``bagpipe.core.recovery``).
+    """
+    (count,) = allreduce(torch.tensor([float(failed)]), kind=LinkKind.CONTROL)
+    return bool(count.item() > 0)
 
 
 def ddp_hook(

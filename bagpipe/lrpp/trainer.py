@@ -337,12 +337,12 @@ class BagpipeTrainer:
     def _wait_installed(self, round_index: int) -> None:
         """Wait until round ``round_index`` is in the cache; raise if it failed.
 
-        With standbys (either log on), the trainers then agree on it in a 4-byte all-reduce: a
-        shard's death fails the rounds of only the trainers that still needed it, and one that
-        went on alone would wait in the step's collectives for peers that left (until the RPC
-        timeout: 300 s). So either every trainer raises here, or none does, and the step in
-        flight applies nowhere (``Bagpipe._replace_role`` replaces the shard at that boundary, or
-        the job rolls back).
+        With standbys (either log on), the trainers then agree on it
+        (:func:`~bagpipe.core.collectives.any_failed`): a shard's death fails the rounds of only
+        the trainers that still needed it, and one that went on alone would wait in the step's
+        collectives for peers that left (until the RPC timeout: 300 s). So either every trainer
+        raises here, or none does, and the step in flight applies nowhere
+        (``Bagpipe._replace_role`` replaces the shard at that boundary, or the job rolls back).
         """
         with self._round_cond:
             self._round_cond.wait_for(
@@ -351,8 +351,7 @@ class BagpipeTrainer:
             )
         failed = self._round_error is not None
         if self.log_updates or self.writebacks is not None:
-            (count,) = collectives.allreduce(torch.tensor([float(failed)]), kind=LinkKind.CONTROL)
-            failed = bool(count.item() > 0)
+            failed = collectives.any_failed(failed)
         if failed:
             raise RuntimeError(f"{self.role}: a cache round failed") from self._round_error
 

@@ -85,7 +85,11 @@ def forward_backward(
     gradients flow into a detached copy. With ``fuse``, ``extra(row gradients)`` rides in DDP's
     last bucket (``fuse.take()`` after this returns): a system's row gradients summed over the
     trainers in the same collective as the dense part.
+
+    The dense gradients start from none: a step that failed after its backward (a shard died
+    before acknowledging its push) is trained again from its start, not on top of what it left.
     """
+    model.zero_grad(set_to_none=True)
     leaf = rows.detach().requires_grad_(True)
     if fuse is not None and extra is not None:
         fuse.expect(leaf, extra)

@@ -62,7 +62,9 @@ class SyncPS(ParameterServerSystem):
                          standby_servers)
 
     def _trainer_args(self) -> tuple[Any, ...]:
-        return (bool(self.standby_servers),)  # log_pushes: only a shard rebuild needs the log
+        # log_pushes: only a shard rebuild needs the log; agree: any replacement needs every
+        # trainer to leave a failed step (``SyncPSTrainer``)
+        return bool(self.standby_servers), bool(self.standby_servers or self.standby_trainers)
 
     def train_step(self, step: int, batch: Batch) -> StepResult:
         def issue() -> list[Future]:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import torch
 
-from bagpipe.core import runtime
+from bagpipe.core import collectives, runtime
 from bagpipe.core.interface import TrainerSpec
 from bagpipe.core.meter import Phase, StepRecord
 from bagpipe.core.roles import Rendezvous, RoleRef
@@ -12,6 +15,8 @@ from bagpipe.paramserver import ParameterServerTrainer, wait_acks
 from bagpipe.training.step import forward_backward, sgd_dense_, unique_rows
 from baselines.sync_ps.pushlog import LoggedPush, PushLog
 from baselines.sync_ps.server import StepOrderedTables
+
+_T = TypeVar("_T")
 
 
 class SyncPSTrainer(ParameterServerTrainer):
@@ -24,16 +29,26 @@ class SyncPSTrainer(ParameterServerTrainer):
         push row gradients to shards    (SYNC: the shards sum them over trainers, in rank order)
         wait for every push ack         (SYNC: the next pull must see every trainer's update)
         SGD on the dense replica        (OPTIMIZER)
+
+    With standbys (``agree``), the trainers agree after the pull and after the acks that every
+    one of them succeeded (:func:`~bagpipe.core.collectives.any_failed`, 4 bytes each). A shard
+    that dies in the middle of a step fails the calls of only the trainers that reach it late;
+    without the agreement, one whose pull succeeded would wait in the dense all-reduce for a
+    peer that left, and one whose pushes were acknowledged would apply the step that the others
+    train again. With it, every trainer leaves the step in flight with an error, and the shard is
+    rebuilt at that boundary (``bagpipe.paramserver.system``, *Recovery*).
     """
 
     def __init__(
         self, rank: int, group: Rendezvous, servers: list[RoleRef], spec: TrainerSpec,
-        log_pushes: bool = False,
+        log_pushes: bool = False, agree: bool = False,
     ) -> None:
-        """``log_pushes``: keep every push (``pushlog``), so that a dead shard can be rebuilt."""
+        """``log_pushes``: keep every push (``pushlog``), so that a dead shard can be rebuilt;
+        ``agree``: agree on the shards' calls of each step (class docstring)."""
         super().__init__(rank, group, servers, spec)
         self.tables = StepOrderedTables(servers, rank, PushLog(len(servers)) if log_pushes else None)
         self.offsets = spec.schema.table_offsets
+        self.agree = agree
 
     def train_step(
         self, step: int, dense: torch.Tensor, ids: torch.Tensor, labels: torch.Tensor
@@ -46,18 +61,32 @@ class SyncPSTrainer(ParameterServerTrainer):
         meter = runtime.current().meter
         with meter.phase(Phase.FETCH_WAIT):
             unique_ids, inverse = unique_rows(ids + self.offsets)
-            rows = self.tables.pull_at(step, unique_ids)
+            rows = self._agreed(step, "pull", lambda: self.tables.pull_at(step, unique_ids))
         grads = forward_backward(
             self.ddp_model, dense, rows, inverse, labels, self.global_batch_size, meter
         )
         with meter.phase(Phase.SYNC):
-            wait_acks(
+            self._agreed(step, "push", lambda: wait_acks(
                 self.tables.push_at(step, unique_ids, grads.row_grads, self.optim.embedding_lr)
-            )
+            ))
         with meter.phase(Phase.OPTIMIZER):
             sgd_dense_(self.model, self.optim.dense_lr)
         meter.count("unique_rows", float(unique_ids.numel()))
         return grads.loss, meter.end_step()
+
+    def _agreed(self, step: int, what: str, call: Callable[[], _T]) -> _T:
+        """``call()``, whose failure on any trainer (``agree``) fails it on every one."""
+        if not self.agree:
+            return call()
+        error: Exception | None = None
+        try:
+            value = call()
+        except Exception as exc:  # a shard died: the peers must hear it before this one leaves
+            error = exc
+        if collectives.any_failed(error is not None):
+            raise RuntimeError(f"trainer_{self.rank}: a trainer's {what} of step {step} failed") \
+                from error
+        return value
 
     def pushes_to(self, shard: int, step: int) -> list[LoggedPush]:
         """This trainer's pushes to ``shard`` of the finished steps before ``step``; the step in

@@ -158,6 +158,49 @@ def test_sync_ps_rebuilds_dead_shards_in_place_from_the_logged_pushes(tmp_path: 
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("bagpipe-")]
 
 
+class _ArmShard:
+    """Callback: after step ``step - 1``, arm ``server_0`` to die in ``step``'s ``call``."""
+
+    def __init__(self, systems: list[System], call: str, step: int) -> None:
+        self.systems, self.call, self.step = systems, call, step
+
+    def on_step(self, step: int, metrics: dict[str, float]) -> None:
+        if step == self.step - 1:
+            self.systems[-1].arm(0, self.call, self.step)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("call", ["pull", "push"])
+def test_sync_ps_rebuilds_a_shard_that_died_inside_a_step(call: str, tmp_path: Path) -> None:
+    """The shard serves one trainer's pull (or push) of a step and dies before the other's: the
+    first trainer would go on into the dense all-reduce (or apply the step) alone. The trainers'
+    agreement (``SyncPSTrainer``) makes both leave the step, so the shard is rebuilt in place,
+    quickly, with no step redone, and the run ends bit-identical."""
+    from baselines.sync_ps import SyncPS
+    from tests.fault.dying_shard import SyncPSWithDyingShards
+
+    make, systems = _maker(lambda: SyncPS(num_trainers=2, num_servers=2))
+    reference = Digest(systems)
+    run_training(make(), _network_context(), _eval_source(), CFG, [reference])
+
+    timeout_s = 30.0  # what a trainer left waiting in the all-reduce would cost the driver
+    make, systems = _maker(lambda: SyncPSWithDyingShards(
+        num_trainers=2, num_servers=2, step_timeout_s=timeout_s, standby_servers=1))
+    digest = Digest(systems)
+    step = draw(f"sync_ps_inside_{call}").randrange(1, STEPS)
+    result, recoveries = run_with_recovery(
+        make, _network_context(), _eval_source(), CFG, CheckpointStore(tmp_path),
+        [_ArmShard(systems, call, step), digest],
+    )
+    where = f"server_0 died in the second {call} of step {step}"
+    assert [(r.role, r.path, r.failed_step, r.steps_redone, r.fallback) for r in recoveries] == [
+        ("server_0", REPLACE, step, 0, "")], where
+    assert recoveries[0].recovery_s < timeout_s / 2, where
+    assert len(systems) == 1  # never restarted
+    assert [int(m["step"]) for m in result.steps] == list(range(STEPS))
+    assert digest.value == reference.value, where
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("bagpipe-")]
+
+
 def test_bagpipe_rebuilds_dead_shards_in_place_from_the_logged_write_backs(
     tmp_path: Path,
 ) -> None:
