@@ -29,17 +29,26 @@ are about the checkpoint path, not the emulated network), for every system that 
   process start-up, spawn to RPC world joined) and ``kill_to_caught_up_prespawned_s`` (caught up
   minus that);
 * ``log_overhead_pct`` (``bagpipe``, ``sync_ps``): the steady-state cost of the replace path,
-  the median iteration time with the standbys of :data:`STANDBYS` and the logs they need
-  (Bagpipe's update log of every trainer's rows, ``bagpipe.lrpp.updatelog``, its write-back log
-  and the trainers' agreement on each round; ``sync_ps``'s trainers' push logs,
-  ``baselines.sync_ps.pushlog``, which cost no bytes) against without, six back-to-back runs of 100 steps
-  in three adjacent pairs (plain, standby, standby, plain, plain, standby); the columns
-  ``pair_min_pct`` and ``pair_max_pct`` give the pairs' spread, which on a shared 2-core host is
-  several percent, wider than the 3% goal. So the log's own cost is also stated without that
-  noise: ``log_cpu_share_pct``, the CPU time a step spends on its logs on the critical path
-  (``recovery_log_cpu_s`` per trainer: Bagpipe's log entry, sync_ps's push-log appends; and
-  Bagpipe's driver recording the entries), as a share of the plain median iteration; and ``log_bytes_per_iter``, what the entries add to the replies (the wire charges
-  them as ``data`` traffic on emulated runs).
+  measured within one run with the standbys of :data:`STANDBYS`: the logs a replacement is built
+  from (Bagpipe's update log of every trainer's rows, ``bagpipe.lrpp.updatelog``, and its
+  write-back log; ``sync_ps``'s push logs, ``baselines.sync_ps.pushlog``) and the trainers'
+  agreements (Bagpipe's on each round, ``sync_ps``'s after the pull and after the acks). Between
+  two runs this machine's speed drifts by more than the 3% goal, so the run switches that work
+  off and on between steps (``PausableRecoveryLogs``) in windows of :data:`_LOG_WINDOW` steps,
+  in pairs ordered on-off, off-on, ... (so a drift within a pair cancels over pairs), after a
+  warm-up of one window. A window is one of Bagpipe's rounds, so each holds one agreement.
+  Each pair gives the ratio of its windows' mean iteration times; the row is their geometric
+  mean minus 1, with a 95% interval (``ci_low_pct``, ``ci_high_pct``:
+  ``bagpipe.harness.report.paired``) over ``pairs`` pairs. Beside it, the parts measured
+  directly, as shares of the unlogged windows' mean iteration: ``log_cpu_share_pct``, the CPU
+  time a logged step spends on its logs on the critical path (``recovery_log_cpu_s`` per
+  trainer: Bagpipe's log entry, sync_ps's push-log appends; and Bagpipe's driver recording the
+  entries); ``agree_wall_share_pct``, a trainer's wall time in the agreements
+  (``recovery_agree_s``, waiting for the slower peer included); ``log_extra_phase_s`` rows, per
+  trainer phase (``phase``), the logged windows' mean time less the unlogged ones' (where the
+  rest lands: contention for the cores shows in ``forward`` and ``backward``); and
+  ``log_bytes_per_iter``, what the entries add to the replies (the wire charges them as
+  ``data`` traffic on emulated runs).
 
 The full run checkpoints at :data:`~bagpipe.harness.run.recovery.DEFAULT_CHECKPOINT_EVERY` (the
 target, < 5% overhead, is stated at that interval); quick mode checkpoints every 20 steps of a
@@ -56,11 +65,12 @@ from pathlib import Path
 
 from bagpipe.core.checkpoint import CheckpointStore
 from bagpipe.core.interface import OptimConfig, System, TrainContext
-from bagpipe.core.recovery import ROLLBACK
+from bagpipe.core.recovery import ROLLBACK, PausableRecoveryLogs
 from bagpipe.core.registry import load_system
 from bagpipe.core.roles.deployment import startup_times_s
 from bagpipe.core.source import BatchSource
 from bagpipe.data import DatasetConfig, make_dataset
+from bagpipe.harness.report.paired import paired_speedup
 from bagpipe.harness.run.faults import KillRoles
 from bagpipe.harness.run.recovery import DEFAULT_CHECKPOINT_EVERY, run_with_recovery
 from bagpipe.harness.run.runner import RunConfig, RunResult, run_training
@@ -68,9 +78,8 @@ from bagpipe.models import paper_config
 
 BATCH = 512
 TRAINERS = 2
-_LOG_STEPS = 100  # steps of each run that measures the update log's steady-state overhead
-#: With a standby (and log) or not, per run: three adjacent pairs, so a drift in speed cancels.
-_LOG_ORDER = (False, True, True, False, False, True)
+_LOG_WINDOW = 10  # steps with the logs on (or off): one of Bagpipe's rounds (ci = 10 here)
+_LOG_PAIRS = {True: 6, False: 30}  # pairs of windows on and off, in quick mode and in full
 
 #: The systems that replace dead roles in place, and the standbys that lets them.
 STANDBYS: dict[str, dict[str, object]] = {
@@ -175,41 +184,76 @@ def _kill_rows(
     return rows
 
 
+class _LogWindows:
+    """Runner callback: the system's recovery logs on and off in windows (module docstring,
+    ``log_overhead_pct``), and each measured step's metrics by window."""
+
+    def __init__(self, system: PausableRecoveryLogs, pairs: int) -> None:
+        self.system = system
+        self.windows: list[list[dict[str, float]]] = [[] for _ in range(2 * pairs)]
+
+    @staticmethod
+    def logged(window: int) -> bool:
+        """Pairs on-off, off-on, on-off, ...: windows 0, 3, 4, 7, ... are logged."""
+        return window % 4 in (0, 3)
+
+    def on_step(self, step: int, metrics: dict[str, float]) -> None:
+        window = step // _LOG_WINDOW - 1  # window -1 is the warm-up, logged
+        if 0 <= window < len(self.windows):
+            self.windows[window].append(metrics)
+        if (step + 1) % _LOG_WINDOW == 0 and window + 1 < len(self.windows):
+            self.system.pause_recovery_logs(not self.logged(window + 1))
+
+
 def _log_overhead_rows(
-    name: str, context: Callable[[], TrainContext], eval_source: BatchSource, steps: int,
+    name: str, context: Callable[[], TrainContext], eval_source: BatchSource, quick: bool,
     config: dict[str, object],
 ) -> list[dict]:
     """What the replace path costs in steady state (module docstring: ``log_overhead_pct``)."""
-    cfg = RunConfig(min(steps, _LOG_STEPS), eval_every=0, progress=False)
-    runs: dict[bool, list[dict[str, float]]] = {False: [], True: []}
-    for standby in _LOG_ORDER:
-        standbys = STANDBYS[name] if standby else {}
-        result = run_training(_factory(name, **standbys)(), context(), eval_source, cfg)
-        runs[standby].append(result.summary)
-    plain_s, logged_s = ([s["iter_time_p50_s"] for s in runs[flag]] for flag in (False, True))
-    pairs_pct = [100.0 * (logged - plain) / plain for plain, logged in zip(plain_s, logged_s,
-                                                                           strict=True)]
-    plain_mean_s, logged_mean_s = statistics.mean(plain_s), statistics.mean(logged_s)
-    critical_s = statistics.mean(
-        s.get("per_iter_recovery_log_cpu_s", 0.0) / TRAINERS
-        + s.get("per_iter_recovery_log_record_cpu_s", 0.0) for s in runs[True]
-    )
-    added_bytes = statistics.mean(s["bytes_per_iter_data"] for s in runs[True]) - statistics.mean(
-        s["bytes_per_iter_data"] for s in runs[False])
+    system = _factory(name, **STANDBYS[name])()
+    assert isinstance(system, PausableRecoveryLogs)
+    windows = _LogWindows(system, _LOG_PAIRS[quick])
+    steps = _LOG_WINDOW * (1 + len(windows.windows))
+    run_training(system, context(), eval_source, RunConfig(steps, eval_every=0, progress=False),
+                 [windows])
+
+    def mean_s(window: list[dict[str, float]]) -> float:
+        return statistics.mean(m["iter_time_s"] for m in window)
+
+    def mean_of(on: bool, key: str) -> float:
+        return statistics.mean(m.get(key, 0.0) for w, window in enumerate(windows.windows)
+                               if windows.logged(w) == on for m in window)
+
+    pairs = list(zip(windows.windows[::2], windows.windows[1::2], strict=True))
+    slowdown = paired_speedup([mean_s(first) / mean_s(second) if windows.logged(2 * k)
+                               else mean_s(second) / mean_s(first)
+                               for k, (first, second) in enumerate(pairs)])
+    plain_s = mean_of(False, "iter_time_s")
+    critical_s = (mean_of(True, "recovery_log_cpu_s") / TRAINERS
+                  + mean_of(True, "recovery_log_record_cpu_s"))
+    agree_s = mean_of(True, "recovery_agree_s") / TRAINERS
+    phases = sorted({key for window in windows.windows for m in window for key in m
+                     if key.startswith("time_")})
     return [
-        _row("iter_time_with_log_s", logged_mean_s, "s", **config),
-        _row("log_overhead_pct", 100.0 * (logged_mean_s - plain_mean_s) / plain_mean_s, "%",
-             plain_iter_time_s=plain_mean_s, pair_min_pct=min(pairs_pct),
-             pair_max_pct=max(pairs_pct), **config),
-        _row("log_cpu_share_pct", 100.0 * critical_s / plain_mean_s, "%", **config),
-        _row("log_bytes_per_iter", added_bytes, "B", **config),
+        _row("log_overhead_pct", 100.0 * (slowdown.speedup - 1.0), "%",
+             ci_low_pct=100.0 * (slowdown.low - 1.0), ci_high_pct=100.0 * (slowdown.high - 1.0),
+             pairs=slowdown.blocks, window_steps=_LOG_WINDOW, plain_iter_time_s=plain_s,
+             **config),
+        _row("log_cpu_share_pct", 100.0 * critical_s / plain_s, "%", **config),
+        _row("agree_wall_share_pct", 100.0 * agree_s / plain_s, "%", **config),
+        *(_row("log_extra_phase_s", (mean_of(True, key) - mean_of(False, key)) / TRAINERS, "s",
+               phase=key.removeprefix("time_").removesuffix("_s"), **config) for key in phases),
+        _row("log_bytes_per_iter", mean_of(True, "bytes_data") - mean_of(False, "bytes_data"),
+             "B", **config),
     ]
 
 
 def run(quick: bool) -> list[dict]:
     steps = 60 if quick else 2 * DEFAULT_CHECKPOINT_EVERY + 20
     every = 20 if quick else DEFAULT_CHECKPOINT_EVERY
-    batches = max(steps, every + every // 2 + every)  # the kill run's length too: no epoch wraps
+    log_steps = _LOG_WINDOW * (1 + 2 * _LOG_PAIRS[quick])
+    # the kill run's and the logs' run's lengths too: no epoch wraps
+    batches = max(steps, every + every // 2 + every, log_steps)
     dataset = make_dataset(DatasetConfig(scale=0.001))
     eval_source = dataset.eval(BATCH, 2)
 
@@ -232,5 +276,5 @@ def run(quick: bool) -> list[dict]:
                     rows += _kill_rows(_factory(name, **STANDBYS[name]), context, eval_source,
                                        every, Path(tmp), config, role)
         if name in STANDBYS:
-            rows += _log_overhead_rows(name, context, eval_source, steps, config)
+            rows += _log_overhead_rows(name, context, eval_source, quick, config)
     return rows

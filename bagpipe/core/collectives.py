@@ -34,6 +34,7 @@ calls by itself (TorchRec's all-to-alls, all-gathers and reduce-scatters) throug
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future as PyFuture
 from concurrent.futures import ThreadPoolExecutor
@@ -181,9 +182,12 @@ def any_failed(failed: bool) -> bool:
     whose calls succeeded, go on into the step's next collective: they would wait there for it
     until the group's timeout. Agreeing first makes every trainer raise, or none, so the step in
     flight applies nowhere and the dead role can be replaced at that boundary
-    (``bagpipe.core.recovery``).
+    (``bagpipe.core.recovery``). Its wall time is counted as ``recovery_agree_s`` (the fault
+    bench states it: waiting here for a slower peer is part of it).
     """
+    started_s = time.perf_counter()
     (count,) = allreduce(torch.tensor([float(failed)]), kind=LinkKind.CONTROL)
+    runtime.current().meter.count("recovery_agree_s", time.perf_counter() - started_s)
     return bool(count.item() > 0)
 
 

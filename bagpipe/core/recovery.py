@@ -20,7 +20,7 @@ import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import torch
 from torch.futures import Future
@@ -29,7 +29,7 @@ from bagpipe.core.roles.deployment import role_kind
 from bagpipe.core.roles.failures import RoleFailedError
 
 __all__ = [
-    "REPLACE", "ROLLBACK", "Recovery", "ended_within", "replace_between_steps", "replaced",
+    "LOGS_PAUSED", "REPLACE", "ROLLBACK", "PausableRecoveryLogs", "Recovery", "ended_within", "replace_between_steps", "replaced",
     "replacement_refused", "step_left_by_survivors", "tensors_digest", "update_digest",
 ]
 
@@ -37,6 +37,25 @@ _T = TypeVar("_T")
 
 REPLACE = "replace"
 ROLLBACK = "rollback"
+#: The fallback of every failure after :meth:`PausableRecoveryLogs.pause_recovery_logs`.
+LOGS_PAUSED = "the recovery logs were paused (the fault bench's A/B): they miss steps since"
+
+
+@runtime_checkable
+class PausableRecoveryLogs(Protocol):
+    """A system whose ``replace`` path costs steady-state work that can be switched off.
+
+    The work is the logs a replacement is built from and the trainers' agreement on each step
+    (Bagpipe's update and write-back logs, ``sync_ps``'s push logs). Its cost is a few percent of
+    an iteration at most, less than this machine's drift between two runs, so the fault bench
+    measures it within one run: it pauses and resumes the work between steps, in alternating
+    windows, and compares their iteration times. A log that was paused misses what happened
+    meanwhile, so every later failure takes the ``rollback`` path (:data:`LOGS_PAUSED`).
+    """
+
+    def pause_recovery_logs(self, paused: bool) -> None:
+        """Stop (``True``) or restart the logs and agreements, between steps."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -145,10 +164,13 @@ def replace_between_steps(
         return call()
 
 
-def replacement_refused(dead: str, replaceable: Sequence[str], standbys_left: Sequence[str]) -> str:
+def replacement_refused(
+    dead: str, replaceable: Sequence[str], standbys_left: Sequence[str], logs_paused: bool = False
+) -> str:
     """Why a dead role cannot take the ``replace`` path, before anything is asked of the
     survivors; ``""`` when it can. ``replaceable`` are the roles the system knows how to rebuild
-    in place, ``standbys_left`` the deployment's unused standbys (``Deployment.standbys``)."""
+    in place, ``standbys_left`` the deployment's unused standbys (``Deployment.standbys``),
+    ``logs_paused`` whether its recovery logs were ever paused (:class:`PausableRecoveryLogs`)."""
     if dead not in replaceable:
         kinds = sorted({role_kind(role) for role in replaceable})
         return (f"{dead} is not a {' or '.join(kinds)}: its state is rebuilt from the checkpoint"
@@ -156,4 +178,4 @@ def replacement_refused(dead: str, replaceable: Sequence[str], standbys_left: Se
     kind = role_kind(dead)
     if f"{kind}_standby" not in {role_kind(standby) for standby in standbys_left}:
         return f"no standby {kind} left"
-    return ""
+    return LOGS_PAUSED if logs_paused else ""

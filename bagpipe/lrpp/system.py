@@ -140,6 +140,7 @@ class Bagpipe(System):
         self._groups = 0  # trainer groups made so far (each needs its own rendezvous)
         self._progress_report: Future | None = None  # the oracle's reply to the last advance
         self._abandoned = False  # a replacement began (a standby took over) but was refused
+        self._logs_paused = False  # ever (``pause_recovery_logs``): no replace since
 
     def setup(self, ctx: TrainContext) -> None:
         if ctx.global_batch_size % self.num_trainers:
@@ -234,7 +235,8 @@ class Bagpipe(System):
             self._recoveries.append(replaced(failure, resumed, detected_at_s))
         recording_s = time.thread_time()
         for log, (_, _, entry) in zip(logs, results, strict=False):
-            log.record(entry)
+            if entry is not None:  # none while the logs are paused
+                log.record(entry)
         recording_s = time.thread_time() - recording_s
         record = runtime.merge_trainer_records([r for _, r, _ in results])
         record.counters["planning_s"] = planning_s
@@ -288,7 +290,9 @@ class Bagpipe(System):
         deployment, _ = self._require_setup()
         trainers = [t.role for t in self._trainers]
         servers = [s.role for s in self._servers] if self.standby_servers else []
-        failure.fallback = replacement_refused(dead, [*trainers, *servers], deployment.standbys)
+        failure.fallback = replacement_refused(
+            dead, [*trainers, *servers], deployment.standbys, self._logs_paused
+        )
         if failure.fallback:
             raise failure
         deployment.take_over(dead)  # its failure is handled from here
@@ -376,6 +380,13 @@ class Bagpipe(System):
                                   _RECOVERY_S)
         replay_write_backs(rows, [entry for entries in written for entry in entries])
         return rows
+
+    def pause_recovery_logs(self, paused: bool) -> None:
+        """Every trainer's logs and agreement off or on, between steps
+        (:class:`~bagpipe.core.recovery.PausableRecoveryLogs`: the fault bench's A/B)."""
+        deployment, _ = self._require_setup()
+        deployment.wait([t.rpc_async().pause_recovery_logs(paused) for t in self._trainers])
+        self._logs_paused = self._logs_paused or paused
 
     def recoveries(self) -> list[Recovery]:
         return list(self._recoveries)

@@ -199,6 +199,7 @@ class BagpipeTrainer:
         self.log_updates = log_updates
         self.cache = TrainerCache(oracle.capacity, table_dim(spec.model), journal=log_updates)
         self.writebacks = WritebackLog() if log_writebacks else None
+        self.recovery_paused = False  # the logs and agreements off (``pause_recovery_logs``)
         self._applied_step = -1  # the last step whose update this trainer applied
         self.board = _Board()
         self._pending_later: tuple[torch.Tensor, collectives.AllReduceHandle] | None = None
@@ -297,6 +298,11 @@ class BagpipeTrainer:
         dense = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         return self._applied_step, cached_ids, rows, dense
 
+    def pause_recovery_logs(self, paused: bool) -> None:
+        """Stop or restart the update log, the write-back log and the agreement on each round,
+        between steps (``bagpipe.core.recovery.PausableRecoveryLogs``: the fault bench's A/B)."""
+        self.recovery_paused = paused
+
     def close(self) -> None:
         with self.board.cond:
             self.board.closed = True
@@ -312,7 +318,7 @@ class BagpipeTrainer:
         """This step's :class:`LogEntry` (``log_updates``). The CPU time spent building it is
         counted as ``recovery_log_cpu_s``: CPU seconds, not wall, so that waiting for a core on a
         shared host is not charged to the log (the fault bench states the log's own cost)."""
-        if not self.log_updates:
+        if not self.log_updates or self.recovery_paused:
             return None
         started_s = time.thread_time()
         entry = LogEntry(self.cache.drain_dropped(), updated, self.cache.gather(updated))
@@ -350,7 +356,7 @@ class BagpipeTrainer:
                 or self._round_error is not None
             )
         failed = self._round_error is not None
-        if self.log_updates or self.writebacks is not None:
+        if (self.log_updates or self.writebacks is not None) and not self.recovery_paused:
             failed = collectives.any_failed(failed)
         if failed:
             raise RuntimeError(f"{self.role}: a cache round failed") from self._round_error
@@ -429,7 +435,8 @@ class BagpipeTrainer:
         self.cache.install(ids, fetched)
 
     def _write_back(self, shard: int, round_index: int, ids: torch.Tensor, rows: torch.Tensor) -> None:
-        if self.writebacks is not None:  # before sending: the rows are evicted here already
+        if self.writebacks is not None and not self.recovery_paused:  # before sending: the rows
+            # are evicted here already
             self.writebacks.append(WriteBack(round_index, shard, ids, rows))
         self.servers[shard].rpc_sync(kind=LinkKind.EMB_PUSH).write_back(round_index, ids, rows)
 

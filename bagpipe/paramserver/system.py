@@ -176,6 +176,7 @@ class ParameterServerSystem(System):
         self.standby_trainers = standby_trainers
         self.standby_servers = standby_servers
         self._recoveries: list[Recovery] = []
+        self._logs_paused = False  # ever (a system's ``pause_recovery_logs``): no replace since
         self._next_step = 0  # the step boundary the roles are at (``full_state`` is taken there)
         #: What a dead shard is rebuilt from: the shards' rows at a step boundary (the last
         #: ``full_state``'s), or ``None`` for the rows they were started from.
@@ -282,7 +283,8 @@ class ParameterServerSystem(System):
         replaceable = [*(trainers if self.replaces_trainers else []),
                        *([s.role for s in self._servers] if self.replaces_servers else [])]
         failure.fallback = (
-            replacement_refused(failure.role, replaceable, deployment.standbys) if replaceable
+            replacement_refused(failure.role, replaceable, deployment.standbys, self._logs_paused)
+            if replaceable
             else f"{self.name}: its roles hold state no other has"
         )
         if failure.fallback:

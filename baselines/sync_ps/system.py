@@ -77,6 +77,12 @@ class SyncPS(ParameterServerSystem):
 
         return self._train_replacing(step, issue)
 
+    def pause_recovery_logs(self, paused: bool) -> None:
+        """Every trainer's push log and agreements off or on, between steps
+        (:class:`~bagpipe.core.recovery.PausableRecoveryLogs`: the fault bench's A/B)."""
+        self._wait([trainer.rpc_async().pause_recovery_logs(paused) for trainer in self._trainers])
+        self._logs_paused = self._logs_paused or paused
+
     def full_state(self) -> ModelState:
         return self._between_steps(self._gather_state)
 

@@ -46,9 +46,11 @@ class SyncPSTrainer(ParameterServerTrainer):
         """``log_pushes``: keep every push (``pushlog``), so that a dead shard can be rebuilt;
         ``agree``: agree on the shards' calls of each step (class docstring)."""
         super().__init__(rank, group, servers, spec)
-        self.tables = StepOrderedTables(servers, rank, PushLog(len(servers)) if log_pushes else None)
+        self._push_log = PushLog(len(servers)) if log_pushes else None
+        self.tables = StepOrderedTables(servers, rank, self._push_log)
         self.offsets = spec.schema.table_offsets
         self.agree = agree
+        self.recovery_paused = False  # the log and agreements off (``pause_recovery_logs``)
 
     def train_step(
         self, step: int, dense: torch.Tensor, ids: torch.Tensor, labels: torch.Tensor
@@ -76,7 +78,7 @@ class SyncPSTrainer(ParameterServerTrainer):
 
     def _agreed(self, step: int, what: str, call: Callable[[], _T]) -> _T:
         """``call()``, whose failure on any trainer (``agree``) fails it on every one."""
-        if not self.agree:
+        if not self.agree or self.recovery_paused:
             return call()
         error: Exception | None = None
         try:
@@ -99,7 +101,13 @@ class SyncPSTrainer(ParameterServerTrainer):
         """The driver took a new base at ``step`` (``pushlog``): the earlier pushes are not needed."""
         self._log().drop_before(step)
 
+    def pause_recovery_logs(self, paused: bool) -> None:
+        """Stop or restart the push log and the agreements, between steps
+        (``bagpipe.core.recovery.PausableRecoveryLogs``: the fault bench's A/B)."""
+        self.recovery_paused = paused
+        self.tables.log = None if paused else self._push_log
+
     def _log(self) -> PushLog:
-        if self.tables.log is None:
+        if self._push_log is None:
             raise RuntimeError(f"trainer_{self.rank}: built without log_pushes")
-        return self.tables.log
+        return self._push_log

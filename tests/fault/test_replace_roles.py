@@ -29,7 +29,7 @@ from bagpipe.core.checkpoint import CheckpointStore
 from bagpipe.core.interface import ModelState, StepResult, System, TrainContext
 from bagpipe.core.net import NetworkConfig, Topology, netns_available
 from bagpipe.core.net.netns import Switch
-from bagpipe.core.recovery import REPLACE, ROLLBACK
+from bagpipe.core.recovery import LOGS_PAUSED, REPLACE, ROLLBACK, PausableRecoveryLogs
 from bagpipe.harness.run.faults import KillRoles
 from bagpipe.harness.run.recovery import run_with_recovery
 from bagpipe.harness.run.runner import run_training
@@ -199,6 +199,52 @@ def test_sync_ps_rebuilds_a_shard_that_died_inside_a_step(call: str, tmp_path: P
     assert [int(m["step"]) for m in result.steps] == list(range(STEPS))
     assert digest.value == reference.value, where
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("bagpipe-")]
+
+
+class _PauseLogs:
+    """Callback: the system's recovery logs off after step ``off`` and on again after ``on``."""
+
+    def __init__(self, systems: list[System], off: int, on: int) -> None:
+        self.systems, self.off, self.on = systems, off, on
+
+    def on_step(self, step: int, metrics: dict[str, float]) -> None:
+        if step in (self.off, self.on):
+            system = self.systems[-1]
+            assert isinstance(system, PausableRecoveryLogs)
+            system.pause_recovery_logs(step == self.off)
+
+
+@pytest.mark.parametrize("name", ["sync_ps", "bagpipe"])
+def test_paused_recovery_logs_cost_nothing_and_refuse_the_fast_path_after(
+    name: str, tmp_path: Path
+) -> None:
+    """What the fault bench's A/B relies on: while paused, no step spends anything on the logs;
+    once resumed they do again; and since a paused log misses steps, a later death rolls back
+    (bit-identical) and says why, instead of replacing from a log with a hole in it."""
+    from bagpipe.lrpp import Bagpipe
+    from baselines.sync_ps import SyncPS
+
+    def build(**standbys: int) -> System:
+        if name == "sync_ps":
+            return SyncPS(num_trainers=2, num_servers=2, **standbys)
+        return Bagpipe(num_trainers=2, num_servers=2, lookahead=8, **standbys)
+
+    make, systems = _maker(build)
+    reference = Digest(systems)
+    run_training(make(), _context(), _eval_source(), CFG, [reference])
+
+    make, systems = _maker(lambda: build(standby_trainers=1, standby_servers=1))
+    digest = Digest(systems)
+    off, on, kill = 1, 3, 7  # paused for steps 2 and 3; a shard killed after the checkpoint
+    result, (recovery,) = run_with_recovery(
+        make, _context(), _eval_source(), CFG, CheckpointStore(tmp_path),
+        [_PauseLogs(systems, off, on), KillRoles({kill: "server_0"}), digest],
+    )
+    logged = [m.get("recovery_log_cpu_s", 0.0) > 0 for m in result.steps[: kill + 1]]
+    assert logged == [True, True, False, False, True, True, True, True]
+    assert (recovery.path, recovery.resumed_step, recovery.fallback) == (
+        ROLLBACK, resumed_step(kill, EVERY), LOGS_PAUSED)
+    assert digest.value == reference.value
 
 
 def test_bagpipe_rebuilds_dead_shards_in_place_from_the_logged_write_backs(
