@@ -29,8 +29,9 @@ from bagpipe.core.roles.deployment import role_kind
 from bagpipe.core.roles.failures import RoleFailedError
 
 __all__ = [
-    "LOGS_PAUSED", "REPLACE", "ROLLBACK", "PausableRecoveryLogs", "Recovery", "ended_within", "replace_between_steps", "replaced",
-    "replacement_refused", "step_left_by_survivors", "tensors_digest", "update_digest",
+    "LOGS_PAUSED", "REPLACE", "ROLLBACK", "PausableRecoveryLogs", "Recovery", "ended_within",
+    "replace_between_steps", "replaced", "replacement_refused", "step_left_by_survivors",
+    "tensors_digest", "update_digest",
 ]
 
 _T = TypeVar("_T")
@@ -46,8 +47,8 @@ class PausableRecoveryLogs(Protocol):
     """A system whose ``replace`` path costs steady-state work that can be switched off.
 
     The work is the logs a replacement is built from and the trainers' agreement on each step
-    (Bagpipe's update and write-back logs, ``sync_ps``'s push logs). Its cost is a few percent of
-    an iteration at most, less than this machine's drift between two runs, so the fault bench
+    (Bagpipe's update and write-back logs, ``sync_ps``'s push logs). Its cost, a few percent of
+    an iteration, is smaller than this machine's drift between two runs, so the fault bench
     measures it within one run: it pauses and resumes the work between steps, in alternating
     windows, and compares their iteration times. A log that was paused misses what happened
     meanwhile, so every later failure takes the ``rollback`` path (:data:`LOGS_PAUSED`).

@@ -150,12 +150,18 @@ class TrainerCache:
             self.slot_id[slots] = ids
             self._rebuild_map()
 
-    def evict(self, ids: torch.Tensor, writeback: torch.Tensor | None = None) -> torch.Tensor:
-        """Drop whichever of ``ids`` are resident and return the final rows of ``writeback``.
+    def evict(
+        self, ids: torch.Tensor, writeback: torch.Tensor | None = None, journal: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Drop whichever of ``ids`` are resident; return the final rows of ``writeback`` and the
+        ids dropped.
 
         ``writeback`` (a subset of ``ids``: the rows this trainer writes back) must be resident and
         fresh here; the other ids may be absent (others' singletons are never fetched here) or
         stale. Reading and dropping happen under one lock, so no update can slip in between.
+        ``journal=False`` leaves the drops out of the journal: a trainer that logs its rows
+        journals them itself (:meth:`journal_dropped`) once its write-back is acknowledged, so
+        that its log keeps a row until a server has it.
         """
         with self._lock:
             rows = (
@@ -165,12 +171,23 @@ class TrainerCache:
             )
             found = self._lookup(ids)
             slots = found.slots[found.found]
-            self._journal(self.slot_id[slots])
+            dropped = self.slot_id[slots].clone()
+            if journal:
+                self._journal(dropped)
             self.occupied[slots] = False
             self.stale[slots] = False
             self._fetched_unread[slots] = False
             self._rebuild_map()
-            return rows
+            return rows, dropped
+
+    def fresh(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(ids, rows)`` of those of ``ids`` resident and fresh here (copies); the rest are
+        left out."""
+        with self._lock:
+            found = self._lookup(ids)
+            keep = found.found.clone()
+            keep[found.found] = ~self.stale[found.slots[found.found]]
+            return ids[keep].clone(), self.weights.index_select(0, found.slots[keep])
 
     def apply_sgd(self, ids: torch.Tensor, grads: torch.Tensor, lr: float) -> None:
         """``row -= lr * grad`` for unique resident ``ids`` (the summed gradient of all trainers)."""
@@ -196,6 +213,11 @@ class TrainerCache:
                 raise CacheError("drain_dropped: this cache keeps no journal")
             dropped, self._dropped = self._dropped, []
             return torch.cat(dropped) if dropped else torch.empty(0, dtype=torch.int64)
+
+    def journal_dropped(self, ids: torch.Tensor) -> None:
+        """Journal ``ids`` as dropped (rows :meth:`evict` dropped with ``journal=False``)."""
+        with self._lock:
+            self._journal(ids)
 
     # ----------------------------------------------------------------------------- internals
     def _journal(self, ids: torch.Tensor) -> None:

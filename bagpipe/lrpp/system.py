@@ -23,7 +23,7 @@ every trainer and all-reduced). See ``bagpipe.lrpp.trainer``.
 
 Recovery: ``standby_trainers`` (default 0) pre-spawns idle trainer processes; with one, a dead
 trainer is replaced in place, no step redone (:meth:`Bagpipe._replace_role`), and every trainer
-logs its rows to the driver for that (``bagpipe.lrpp.updatelog``). ``standby_servers`` does the
+logs the rows only it holds to the driver for that (``bagpipe.lrpp.updatelog``). ``standby_servers`` does the
 same for a dead server shard, whose rows are rebuilt from the newest checkpoint's model and the
 rows the trainers wrote back since, which they log on their side (``bagpipe.lrpp.writebacklog``).
 Any other failure, or one the replacement cannot prove exact, restarts the job from the checkpoint
@@ -87,6 +87,7 @@ class Bagpipe(System):
 
     name = "bagpipe"
     supports_resume = True
+    trainer_class = BagpipeTrainer  # built in each trainer process (a test may subclass it)
 
     def __init__(
         self,
@@ -205,7 +206,7 @@ class Bagpipe(System):
         self._groups += 1
         group = deployment.new_group(f"trainers_{self._groups}", world_size=self.num_trainers)
         self._trainers = built([
-            build(f"trainer_{k}", self._trainers, k, BagpipeTrainer, k, group, self._servers,
+            build(f"trainer_{k}", self._trainers, k, self.trainer_class, k, group, self._servers,
                   spec, self.oracle_config, self.design, log_updates=bool(self.standby_trainers),
                   log_writebacks=bool(self.standby_servers))
             for k in range(self.num_trainers)
@@ -322,7 +323,8 @@ class Bagpipe(System):
         The survivors' dense replica (equal by hash), and the rows as the live shards hold them
         (a dead shard's rebuilt from the base and the trainers' write-backs: ``writebacklog``),
         overwritten by a dead trainer's update log (``updatelog``), overwritten by the survivors'
-        fresh cached rows (their pending sync-later update applied). ``futures``: the trainers'
+        fresh cached rows (their pending sync-later update applied) and the replicated rows they
+        evicted in a round not yet done everywhere. ``futures``: the trainers'
         calls for ``step``, each of which must have failed (``None``: none is in flight).
         """
         deployment, oracle = self._require_setup()

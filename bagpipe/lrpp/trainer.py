@@ -165,8 +165,10 @@ class BagpipeTrainer:
             cache.
         design: which of the paper's ideas are on (the ablations).
         log_updates: reply to every step with its :class:`~bagpipe.lrpp.updatelog.LogEntry`
-            (the rows updated and dropped), so the driver can rebuild this trainer's rows if it
-            dies; otherwise the entry is ``None``.
+            (its singletons updated, the rows dropped), and keep the replicated rows a peer
+            writes back until the round's write-backs are done, so the driver can rebuild a dead
+            trainer's rows (``bagpipe.lrpp.updatelog`` says why that is enough); otherwise the
+            entry is ``None``.
         log_writebacks: keep every row written back (``bagpipe.lrpp.writebacklog``), so the
             driver can rebuild a dead server shard's rows.
     """
@@ -211,6 +213,9 @@ class BagpipeTrainer:
         # prefetch=False: per round, the rows of its prefetch list no step of it fetched yet
         self._deferred: dict[int, torch.Tensor] = {}
         self._round_error: BaseException | None = None  # raised by the next step that waits
+        #: log_updates: per round not yet done everywhere, the fresh rows this trainer evicted
+        #: that a peer writes back (``(ids, rows)``; guarded by ``_round_cond``).
+        self._evicted_replicas: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._shard_pool = ThreadPoolExecutor(max_workers=len(servers), thread_name_prefix="shard")
         self._thread = runtime.start_thread(self._run_rounds, f"bagpipe-rounds-{index}")
 
@@ -258,7 +263,7 @@ class BagpipeTrainer:
             sgd_dense_(self.model, spec.optim.dense_lr)
             self.cache.mark_stale(plan.singleton[plan.singleton_owner != self.index])
             self._applied_step = step
-            entry = self._log_entry(updated)
+            entry = self._log_entry(mine)
         if design.sync_later:  # the same on every trainer, so the collectives stay in step
             later = scatter_rows(plan.sync_later, unique, grads.row_grads)
             self._pending_later = (plan.sync_later, collectives.allreduce_async(later))
@@ -287,7 +292,8 @@ class BagpipeTrainer:
         Closes the trainer (the driver first releases the servers' barriers, so a round waiting
         on the dead peer's write-back ends), applies the pending sync-later update (raises if the
         dead peer's share of it never arrived), and returns ``(last step applied, ids, rows,
-        dense state)`` of its fresh rows, as :meth:`snapshot` does.
+        dense state)`` of its fresh rows, as :meth:`snapshot` does, with the replicated rows it
+        evicted in a round not yet done everywhere (``log_updates``: ``bagpipe.lrpp.updatelog``).
         """
         self.close()
         if self._thread.is_alive():
@@ -295,6 +301,12 @@ class BagpipeTrainer:
         ids, summed = self._finish_pending_later()
         self.cache.apply_sgd(ids, summed, self.spec.optim.embedding_lr)
         cached_ids, rows = self.cache.resident()
+        if self._evicted_replicas:  # a dead peer may not have written these back
+            kept = list(self._evicted_replicas.values())
+            kept_ids = torch.cat([ids for ids, _ in kept])
+            gone = ~torch.isin(kept_ids, cached_ids)  # refetched since: the cache's is newer
+            cached_ids = torch.cat([kept_ids[gone], cached_ids])
+            rows = torch.cat([torch.cat([r for _, r in kept])[gone], rows])
         dense = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         return self._applied_step, cached_ids, rows, dense
 
@@ -314,14 +326,15 @@ class BagpipeTrainer:
         self._shard_pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ critical-path helpers
-    def _log_entry(self, updated: torch.Tensor) -> LogEntry | None:
-        """This step's :class:`LogEntry` (``log_updates``). The CPU time spent building it is
+    def _log_entry(self, singletons: torch.Tensor) -> LogEntry | None:
+        """This step's :class:`LogEntry` (``log_updates``): ``singletons``, those this trainer
+        updated in the step, are the rows only it holds fresh. The CPU time spent building it is
         counted as ``recovery_log_cpu_s``: CPU seconds, not wall, so that waiting for a core on a
         shared host is not charged to the log (the fault bench states the log's own cost)."""
         if not self.log_updates or self.recovery_paused:
             return None
         started_s = time.thread_time()
-        entry = LogEntry(self.cache.drain_dropped(), updated, self.cache.gather(updated))
+        entry = LogEntry(self.cache.drain_dropped(), singletons, self.cache.gather(singletons))
         runtime.current().meter.count("recovery_log_cpu_s", time.thread_time() - started_s)
         return entry
 
@@ -360,6 +373,9 @@ class BagpipeTrainer:
             failed = collectives.any_failed(failed)
         if failed:
             raise RuntimeError(f"{self.role}: a cache round failed") from self._round_error
+        with self._round_cond:  # every trainer's round is installed: its write-backs are done
+            for done in [r for r in self._evicted_replicas if r <= round_index]:
+                del self._evicted_replicas[done]
 
     # ------------------------------------------------------------------ background rounds
     def _run_rounds(self) -> None:
@@ -386,12 +402,20 @@ class BagpipeTrainer:
     def _execute_round(self, plan: RoundPlan) -> None:
         meter = runtime.current().meter
         mine = plan.writeback_for(self.index)
-        rows = self.cache.evict(plan.evict, writeback=mine)
+        keep = self.log_updates and not self.recovery_paused
+        if keep:  # the replicated rows a peer writes back: if it dies first, they are here
+            replicas = self.cache.fresh(plan.evict[plan.writeback_owner != self.index])
+        rows, dropped = self.cache.evict(plan.evict, writeback=mine, journal=not self.log_updates)
         parts = self.layout.split(mine)
         list(self._shard_pool.map(
             lambda s: self._write_back(s, plan.round_index, mine[parts[s]], rows[parts[s]]),
             range(len(self.servers)),
         ))
+        if self.log_updates:  # only now may the driver's log forget them: a server has them
+            self.cache.journal_dropped(dropped)
+        if keep:
+            with self._round_cond:
+                self._evicted_replicas[plan.round_index] = replicas
         meter.count("rows_written_back", float(mine.numel()))
         if self.index == 0:  # the round's evictions, once (every trainer drops the same list)
             meter.count("rows_evicted", float(plan.evict.numel()))

@@ -1,25 +1,37 @@
-"""The rows a Bagpipe trainer alone may hold, logged where its death cannot lose them.
+"""The rows a Bagpipe trainer alone may hold, kept where its death cannot lose them.
 
-A trainer's cache holds the only fresh copy of some rows: its partitioned singletons with
-updates not yet written back, and replicated rows whose other holders dropped them without a
-write-back (the trainer is their designated writer). When the trainer dies, those values are
-gone with it unless they are kept elsewhere. With logging on (``Bagpipe(standby_trainers=...)``),
-every step's reply carries, besides the loss, the trainer's :class:`LogEntry`: the rows it
-updated in the step (ids and new values) and the rows it dropped since its previous reply
-(evicted, or marked stale because another trainer updates them alone). The driver keeps one
-:class:`UpdateLog` per trainer: the latest value of each row the trainer updated and still holds.
+A trainer's cache holds the only fresh copy of its partitioned singletons once it has updated
+them and until it has written them back. Every other row it holds fresh is a replicated row,
+which every peer holds too, with the same value (they all apply the same summed update), except
+for a while after each round's evictions: the trainers run a round at their own pace, so a peer
+may have dropped a replicated row whose designated writer (this trainer) has not yet written it
+back. With logging on (``Bagpipe(standby_trainers=...)``):
+
+* every step's reply carries, besides the loss, the trainer's :class:`LogEntry`: the singletons it
+  updated in the step (ids and new values) and the rows it dropped since its previous reply
+  (marked stale because another trainer updates them alone, or evicted; an eviction is reported
+  only once its write-back is acknowledged, so the log keeps a row until a server has it). The
+  driver keeps one :class:`UpdateLog` per trainer: the latest value of each logged row the
+  trainer still holds;
+* every trainer keeps the fresh replicated rows it evicts that a peer writes back, until the round
+  is installed on every trainer (the agreement at the round's first step), by when every
+  write-back of the round is acknowledged (``BagpipeTrainer.salvage`` hands them over).
 
 Why this is exact at a step boundary ``n`` (the last step every trainer replied to): a row the
-dead trainer still held fresh at ``n`` is in its log with its value after ``n``; a row it dropped
-by ``n`` is out of the log, and its value is on a server or in a survivor's cache. Drops after
-its last reply (a round of evictions running ahead) are not in the log, but no role updates a
-row after ``n`` (the step in flight never applies on a survivor, or the fast path is not taken),
-so the log's value of such a row is still its latest. Recovery builds the model at ``n`` as
-servers' rows, overwritten by the dead trainer's log, overwritten by the survivors' fresh cached
-rows (``bagpipe.lrpp.system``).
+dead trainer held fresh at ``n`` is its singleton, in its log with its value after ``n``; or a
+replicated row, in every survivor's cache with the same value or, if a survivor evicted it in a
+round not yet done everywhere, among that survivor's kept rows. A row it dropped by ``n`` is out
+of the log, and its value is on a server or in a survivor's cache. Drops after its last reply (a
+round of evictions running ahead) are not in the log, but no role updates a row after ``n`` (the
+step in flight never applies on a survivor, or the fast path is not taken), so the log's value of
+such a row is still its latest. Recovery builds the model at ``n`` as servers' rows, overwritten
+by the dead trainer's log, overwritten by the survivors' fresh cached and kept rows
+(``bagpipe.lrpp.system``).
 
-The cost is one copy of the updated rows per step, in the reply (counted as ``data`` traffic by
-the wire), and a ``[rows, D]`` tensor per trainer in the driver.
+The cost is one copy of the step's singleton updates per step, in the reply (counted as ``data``
+traffic by the wire), a ``[rows, D]`` tensor per trainer in the driver, and each trainer's copy
+of a round's evicted replicas for about a round. Logging every updated row instead, replicated
+ones included, sent about three times the bytes (``bagpipe.bench.fault``).
 """
 
 from __future__ import annotations

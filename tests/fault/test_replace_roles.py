@@ -37,6 +37,7 @@ from tests.fault.kill_steps import draw, killable, resumed_step
 from tests.fault.test_kill_roles import (
     CFG,
     EVERY,
+    SCHEMA,
     STEPS,
     Digest,
     _context,
@@ -339,4 +340,53 @@ def test_bagpipe_replaces_a_dead_trainer_without_redoing_a_step(tmp_path: Path) 
     # the log's own CPU cost is counted, on the trainers and the driver (``bench.fault``)
     assert result.summary["per_iter_recovery_log_cpu_s"] > 0
     assert result.summary["per_iter_recovery_log_record_cpu_s"] > 0
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("bagpipe-")]
+
+
+class _ArmWriter:
+    """Callback: after step ``step``, arm ``trainer_0`` to hold back round ``round_index``'s
+    write-backs (``slow_writer``)."""
+
+    def __init__(self, systems: list[System], step: int, round_index: int) -> None:
+        self.systems, self.step, self.round_index = systems, step, round_index
+
+    def on_step(self, step: int, metrics: dict[str, float]) -> None:
+        if step == self.step:
+            self.systems[-1].arm(0, self.round_index)  # type: ignore[attr-defined]
+
+
+def test_bagpipe_replaces_a_trainer_that_died_before_its_write_backs_left(tmp_path: Path) -> None:
+    """trainer_0 evicts a round's rows and dies before its write-backs reach a server, while
+    trainer_1 has evicted the round's replicated rows that trainer_0 writes back: their values
+    live on only in the replicas trainer_1 kept, and trainer_0's evicted singletons only in its
+    log, which an unacknowledged eviction has not cleared (``bagpipe.lrpp.updatelog``). The round
+    is one where that happens (replayed from the oracle's plans). The replacement takes both,
+    redoes no step, and the run ends bit-identical."""
+    from bagpipe.lrpp import Bagpipe
+    from bagpipe.training.start import TrainingStream
+    from tests.fault.slow_writer import BagpipeWithSlowWriters, rounds_evicting_replicas_of
+
+    make, systems = _maker(lambda: Bagpipe(num_trainers=2, num_servers=2, lookahead=8))
+    reference = Digest(systems)
+    run_training(make(), _network_context(), _eval_source(), CFG, [reference])
+
+    config = Bagpipe(num_trainers=2, num_servers=2, lookahead=8).oracle_config
+    stream = TrainingStream(_context().source, 0, STEPS)
+    # Round r evicts while steps (r-1)*ci.. run: armed before it starts, killed once it evicted.
+    steps = [(r - 1) * config.ci for r in rounds_evicting_replicas_of(0, 1, SCHEMA, config, stream)]
+    step = draw("bagpipe_unwritten").choice([s for s in steps if s in KILLABLE and s > 0])
+    make, systems = _maker(lambda: BagpipeWithSlowWriters(
+        num_trainers=2, num_servers=2, lookahead=8, standby_trainers=1))
+    digest = Digest(systems)
+    result, recoveries = run_with_recovery(
+        make, _network_context(), _eval_source(), CFG, CheckpointStore(tmp_path),
+        [_ArmWriter(systems, step - 1, step // config.ci + 1),
+         KillRoles({step: "trainer_0"}, after_s=0.3), digest],
+    )
+    where = f"trainer_0 killed after step {step}, its round {step // config.ci + 1} not written back"
+    assert [(r.role, r.path, r.failed_step, r.steps_redone, r.fallback) for r in recoveries] == [
+        ("trainer_0", REPLACE, step + 1, 0, "")], where
+    assert len(systems) == 1
+    assert [int(m["step"]) for m in result.steps] == list(range(STEPS))
+    assert digest.value == reference.value, where
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("bagpipe-")]

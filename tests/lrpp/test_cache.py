@@ -40,8 +40,9 @@ def test_install_of_a_resident_row_is_an_error() -> None:
 def test_evict_frees_slots_for_reuse_and_returns_writeback_rows() -> None:
     cache = TrainerCache(capacity=3, dim=3)
     cache.install(torch.tensor([1, 2, 3]), _rows(torch.tensor([1, 2, 3])))
-    rows = cache.evict(torch.tensor([1, 3, 99]), writeback=torch.tensor([3]))
+    rows, dropped = cache.evict(torch.tensor([1, 3, 99]), writeback=torch.tensor([3]))
     assert torch.equal(rows, _rows(torch.tensor([3])))
+    assert sorted(dropped.tolist()) == [1, 3]  # 99 was not resident
     assert len(cache) == 1
     cache.install(torch.tensor([10, 11]), _rows(torch.tensor([10, 11])))
     assert torch.equal(cache.gather(torch.tensor([2, 10, 11])), _rows(torch.tensor([2, 10, 11])))
@@ -118,7 +119,7 @@ def test_writeback_split_writes_every_evicted_row_exactly_once_with_its_final_va
     written: dict[int, torch.Tensor] = {}
     for k, cache in enumerate(caches):
         mine = plan.writeback_for(k)
-        rows = cache.evict(plan.evict, writeback=mine)
+        rows, _ = cache.evict(plan.evict, writeback=mine)
         for row_id, row in zip(mine.tolist(), rows, strict=True):
             assert row_id not in written
             written[row_id] = row
@@ -164,8 +165,27 @@ def test_reads_resident_lists_and_evictions_by_value() -> None:
     assert ids.tolist() == [2, 9] and torch.equal(rows, _rows(torch.tensor([2, 9])))
     ids, rows = cache.resident(include_stale=True)
     assert ids.tolist() == [2, 4, 9] and torch.equal(rows, _rows(torch.tensor([2, 4, 9])))
-    dropped = cache.evict(torch.tensor([4]))
-    assert dropped.shape == (0, 3)
+    rows, dropped = cache.evict(torch.tensor([4]))
+    assert rows.shape == (0, 3) and dropped.tolist() == [4]
+
+
+def test_fresh_leaves_out_absent_and_stale_rows() -> None:
+    cache = TrainerCache(capacity=4, dim=3)
+    cache.install(torch.tensor([4, 2, 9]), _rows(torch.tensor([4, 2, 9])))
+    cache.mark_stale(torch.tensor([4]))
+    ids, rows = cache.fresh(torch.tensor([9, 4, 7, 2]))
+    assert ids.tolist() == [9, 2] and torch.equal(rows, _rows(torch.tensor([9, 2])))
+
+
+def test_an_eviction_journals_its_drops_now_or_when_the_caller_says() -> None:
+    """A logging trainer journals an eviction only once its write-back is acknowledged."""
+    cache = TrainerCache(capacity=4, dim=3, journal=True)
+    cache.install(torch.tensor([1, 2, 3]), _rows(torch.tensor([1, 2, 3])))
+    cache.evict(torch.tensor([1]))
+    _, dropped = cache.evict(torch.tensor([2, 8]), journal=False)
+    assert cache.drain_dropped().tolist() == [1]
+    cache.journal_dropped(dropped)
+    assert cache.drain_dropped().tolist() == [2]
 
 
 def test_a_cache_of_another_dtype_takes_float32_gradients() -> None:
