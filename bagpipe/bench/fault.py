@@ -30,7 +30,7 @@ are about the checkpoint path, not the emulated network), for every system that 
   minus that);
 * ``log_overhead_pct`` (``bagpipe``, ``sync_ps``): the steady-state cost of the replace path,
   measured within one run with the standbys of :data:`STANDBYS`: the logs a replacement is built
-  from (Bagpipe's update log of every trainer's rows, ``bagpipe.lrpp.updatelog``, and its
+  from (Bagpipe's update log of the rows only a trainer holds, ``bagpipe.lrpp.updatelog``, and its
   write-back log; ``sync_ps``'s push logs, ``baselines.sync_ps.pushlog``) and the trainers'
   agreements (Bagpipe's on each round, ``sync_ps``'s after the pull and after the acks). Between
   two runs this machine's speed drifts by more than the 3% goal, so the run switches that work

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -129,14 +129,15 @@ def ended_within(futures: Sequence[Future], timeout_s: float) -> bool:
 
 
 def step_left_by_survivors(
-    roles: Sequence[str], futures: Sequence[Future], dead: str, timeout_s: float
+    roles: Sequence[str], futures: Sequence[Future], dead: Collection[str], timeout_s: float
 ) -> str:
-    """Wait until every survivor's call for the step in flight (``futures[i]`` is ``roles[i]``'s)
-    has ended; ``""`` when each ended in an error (the step applied nowhere) or none was made (no
-    step in flight: the death was seen between steps), else why not."""
+    """Wait until every survivor's call for the step in flight (``futures[i]`` is ``roles[i]``'s;
+    the survivors are the roles not in ``dead``) has ended; ``""`` when each ended in an error
+    (the step applied nowhere) or none was made (no step in flight: the death was seen between
+    steps), else why not."""
     if not futures:
         return ""
-    survivors = [(r, f) for r, f in zip(roles, futures, strict=True) if r != dead]
+    survivors = [(r, f) for r, f in zip(roles, futures, strict=True) if r not in dead]
     ended_within([f for _, f in survivors], timeout_s)
     for role, future in survivors:
         if not future.done():
@@ -150,33 +151,41 @@ def step_left_by_survivors(
 
 
 def replace_between_steps(
-    call: Callable[[], _T], replace: Callable[[RoleFailedError, int], object], step: int,
+    call: Callable[[], _T],
+    replace: Callable[[RoleFailedError, int], Sequence[RoleFailedError]],
+    step: int,
     recoveries: list[Recovery],
 ) -> _T:
     """``call()``, a gather between steps (``full_state``): a role whose death it meets is
     replaced in place at the boundary before ``step`` (``replace(failure, step)``, which raises
-    the failure when it cannot be), the recovery recorded, and ``call`` made again."""
+    the failure when it cannot be, and returns the failures it handled: ``failure``'s and those
+    of any role found dead with it), each recovery recorded, and ``call`` made again."""
     try:
         return call()
     except RoleFailedError as failure:
         detected_at_s = time.perf_counter()
-        replace(failure, step)
-        recoveries.append(replaced(failure, step, detected_at_s))
+        for handled in replace(failure, step):
+            recoveries.append(replaced(handled, step, detected_at_s))
         return call()
 
 
 def replacement_refused(
-    dead: str, replaceable: Sequence[str], standbys_left: Sequence[str], logs_paused: bool = False
+    dead: Sequence[str], replaceable: Sequence[str], standbys_left: Sequence[str],
+    logs_paused: bool = False,
 ) -> str:
-    """Why a dead role cannot take the ``replace`` path, before anything is asked of the
-    survivors; ``""`` when it can. ``replaceable`` are the roles the system knows how to rebuild
-    in place, ``standbys_left`` the deployment's unused standbys (``Deployment.standbys``),
-    ``logs_paused`` whether its recovery logs were ever paused (:class:`PausableRecoveryLogs`)."""
-    if dead not in replaceable:
-        kinds = sorted({role_kind(role) for role in replaceable})
-        return (f"{dead} is not a {' or '.join(kinds)}: its state is rebuilt from the checkpoint"
-                if kinds else f"{dead}: no role is replaced in place here")
-    kind = role_kind(dead)
-    if f"{kind}_standby" not in {role_kind(standby) for standby in standbys_left}:
-        return f"no standby {kind} left"
+    """Why the ``dead`` roles cannot take the ``replace`` path, before anything is asked of the
+    survivors; ``""`` when they can. ``replaceable`` are the roles the system knows how to
+    rebuild in place, ``standbys_left`` the deployment's unused standbys
+    (``Deployment.standbys``), ``logs_paused`` whether its recovery logs were ever paused
+    (:class:`PausableRecoveryLogs`)."""
+    kinds = sorted({role_kind(role) for role in replaceable})
+    for role in dead:
+        if role not in replaceable:
+            return (f"{role} is not a {' or '.join(kinds)}: its state is rebuilt from the "
+                    "checkpoint" if kinds else f"{role}: no role is replaced in place here")
+    for kind in sorted({role_kind(role) for role in dead}):
+        needed = sum(role_kind(role) == kind for role in dead)
+        if needed > sum(role_kind(standby) == f"{kind}_standby" for standby in standbys_left):
+            return (f"no standby {kind} left" if needed == 1
+                    else f"{needed} {kind}s died together: fewer standbys left")
     return LOGS_PAUSED if logs_paused else ""

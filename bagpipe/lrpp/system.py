@@ -42,6 +42,7 @@ two previous steps' starts), ``rows_fetched_on_demand`` (``prefetch=False``), ``
 from __future__ import annotations
 
 import time
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -228,12 +229,12 @@ class Bagpipe(System):
             results = deployment.wait(futures)
         except RoleFailedError as failure:
             detected_at_s = time.perf_counter()
-            finished = self._replace_role(failure, step, futures)
+            handled, finished = self._replace_role(failure, step, futures)
             if finished is None:  # the step applied nowhere: trained again by the rebuilt roles
                 results, resumed = deployment.wait(self._issue(step, parts)), step
             else:  # every trainer finished it; the roles were rebuilt from the model after it
                 results, resumed, logs = finished, step + 1, []
-            self._recoveries.append(replaced(failure, resumed, detected_at_s))
+            self._recoveries += [replaced(f, resumed, detected_at_s) for f in handled]
         recording_s = time.thread_time()
         for log, (_, _, entry) in zip(logs, results, strict=False):
             if entry is not None:  # none while the logs are paused
@@ -276,47 +277,55 @@ class Bagpipe(System):
     # ------------------------------------------------------------------ recovery
     def _replace_role(
         self, failure: RoleFailedError, step: int, futures: list[Future]
-    ) -> list[Any] | None:
-        """Replace a dead trainer or server shard in place, or raise ``failure`` with the reason
-        it cannot be (``fallback``): the job then restarts from the checkpoint.
+    ) -> tuple[list[RoleFailedError], list[Any] | None]:
+        """Replace a dead trainer or server shard in place, with any other role found dead with
+        it, or raise ``failure`` with the reason it cannot be (``fallback``): the job then
+        restarts from the checkpoint.
 
         The model at a step boundary is rebuilt from what survives (:meth:`_state_before`), a
-        standby takes the dead role over, and every shard, trainer and the oracle are rebuilt in
+        standby takes each dead role over, and every shard, trainer and the oracle are rebuilt in
         place from that model, the oracle planning from the boundary on. The boundary is before
         ``step`` when the step applied nowhere or was not issued (``futures`` empty: the death
         was seen first), and is trained again; or after it when every trainer finished it (a
         shard died while no trainer needed it): then its results are returned, else ``None``.
+        Two roles can be found dead at once, since a shard's death is met only when a round next
+        calls it. Returns the failures handled (``failure``'s first) and those results.
         """
-        dead = failure.role
         deployment, _ = self._require_setup()
+        handled = [failure, *deployment.dead_besides(failure.role)]
+        dead = [f.role for f in handled]
         trainers = [t.role for t in self._trainers]
         servers = [s.role for s in self._servers] if self.standby_servers else []
         failure.fallback = replacement_refused(
             dead, [*trainers, *servers], deployment.standbys, self._logs_paused
-        )
+        ) or _cannot_rebuild_together(dead, trainers)
         if failure.fallback:
             raise failure
-        deployment.take_over(dead)  # its failure is handled from here
         self._abandoned = True  # until the roles are rebuilt: close() then ends them at once
-        finished = None
-        if dead not in trainers and futures:  # fetches waiting on the dead shard's peers end
-            self._release_servers(dead)
-            finished = _finished_everywhere(futures)
-        boundary = step if finished is None else step + 1
-        state, failure.fallback = self._state_before(
-            boundary, dead, futures if futures and finished is None else None
-        )
+        try:
+            deployment.take_over(*dead)  # their failures are handled from here
+            finished = None
+            if not set(dead) & set(trainers) and futures:  # fetches waiting on dead shards end
+                self._release_servers(dead)
+                finished = _finished_everywhere(futures)
+            boundary = step if finished is None else step + 1
+            state, failure.fallback = self._state_before(
+                boundary, dead, futures if futures and finished is None else None
+            )
+        except RoleFailedError as later:  # a role that answered before died since
+            later.fallback = later.fallback or f"{later.role} died while {failure.role} was replaced"
+            raise
         if state is None:
             raise failure
-        survivors = [role for role in trainers if role != dead]
+        survivors = [role for role in trainers if role not in dead]
         deployment.wait([deployment.rpc_async(r, collectives.leave_group) for r in survivors])
         self._progress_report = None  # the old oracle's; the rebuilt one starts at the boundary
         self._start_roles(ResumePoint(boundary, state))
         self._abandoned = False
-        return finished
+        return handled, finished
 
     def _state_before(
-        self, step: int, dead: str, futures: list[Future] | None
+        self, step: int, dead: list[str], futures: list[Future] | None
     ) -> tuple[ModelState | None, str]:
         """The model at the boundary before ``step`` from what survives, or why it cannot be had.
 
@@ -329,7 +338,7 @@ class Bagpipe(System):
         """
         deployment, oracle = self._require_setup()
         assert self._ctx is not None
-        survivors = [t for t in self._trainers if t.role != dead]
+        survivors = [t for t in self._trainers if t.role not in dead]
         self._release_servers(dead)
         deployment.wait([t.rpc_async().close() for t in survivors], _RECOVERY_S)
         if futures is not None:
@@ -351,36 +360,37 @@ class Bagpipe(System):
         if not deployment.wait(oracle.rpc_async().close(), _RECOVERY_S):
             return None, "the oracle did not stop pushing plans"
         rows = self._server_rows(dead)
-        if dead in [t.role for t in self._trainers]:
-            self._logs[int(dead.rsplit("_", 1)[1])].overlay(rows)
+        for k, trainer in enumerate(self._trainers):
+            if trainer.role in dead:
+                self._logs[k].overlay(rows)
         for _, ids, cached, _ in salvaged:
             rows[ids] = cached
         return ModelState(split_tables(rows, self._ctx.schema), dense=salvaged[0][3]), ""
 
-    def _release_servers(self, dead: str) -> None:
+    def _release_servers(self, dead: Collection[str]) -> None:
         """End every fetch waiting on a round's barrier on the live shards (a peer is dead)."""
         deployment, _ = self._require_setup()
-        live = [s for s in self._servers if s.role != dead]
+        live = [s for s in self._servers if s.role not in dead]
         deployment.wait([s.rpc_async().release() for s in live], _RECOVERY_S)
 
-    def _server_rows(self, dead: str) -> torch.Tensor:
-        """The flat row space as the shards hold it; shard ``dead``'s (if it is one) rebuilt as
-        the base's rows of the shard overwritten by the trainers' write-backs to it in round
-        order (``bagpipe.lrpp.writebacklog``)."""
+    def _server_rows(self, dead: Collection[str]) -> torch.Tensor:
+        """The flat row space as the shards hold it; each dead shard's rebuilt as the base's rows
+        of the shard overwritten by the trainers' write-backs to it in round order
+        (``bagpipe.lrpp.writebacklog``)."""
         deployment, _ = self._require_setup()
         ctx = self._ctx
         assert ctx is not None
-        live = [s for s in self._servers if s.role != dead]
+        live = [s for s in self._servers if s.role not in dead]
         shards = deployment.wait([s.rpc_async().state() for s in live], _RECOVERY_S)
-        if len(live) == len(self._servers):
-            return gather_rows(shards, ctx.schema.total_rows)
-        shard = [s.role for s in self._servers].index(dead)
-        base = EmbeddingServer(shard, self.num_servers, ctx.schema, table_dim(ctx.model),
-                               ctx.seed, self._base)
-        rows = gather_rows([*shards, base.state()], ctx.schema.total_rows)
-        written = deployment.wait([t.rpc_async().writebacks_to(shard) for t in self._trainers],
-                                  _RECOVERY_S)
-        replay_write_backs(rows, [entry for entries in written for entry in entries])
+        lost = [k for k, s in enumerate(self._servers) if s.role in dead]
+        bases = [EmbeddingServer(k, self.num_servers, ctx.schema, table_dim(ctx.model), ctx.seed,
+                                 self._base).state() for k in lost]
+        rows = gather_rows([*shards, *bases], ctx.schema.total_rows)
+        for shard in lost:
+            written = deployment.wait(
+                [t.rpc_async().writebacks_to(shard) for t in self._trainers], _RECOVERY_S
+            )
+            replay_write_backs(rows, [entry for entries in written for entry in entries])
         return rows
 
     def pause_recovery_logs(self, paused: bool) -> None:
@@ -395,7 +405,7 @@ class Bagpipe(System):
 
     def full_state(self) -> ModelState:
         return replace_between_steps(
-            self._gather_state, lambda failure, step: self._replace_role(failure, step, []),
+            self._gather_state, lambda failure, step: self._replace_role(failure, step, [])[0],
             self._next_step, self._recoveries,
         )
 
@@ -446,6 +456,16 @@ class Bagpipe(System):
         if self._deployment is None or self._oracle is None:
             raise RuntimeError("Bagpipe used before setup(ctx) or after close()")
         return self._deployment, self._oracle
+
+
+def _cannot_rebuild_together(dead: Sequence[str], trainers: Sequence[str]) -> str:
+    """Why roles that died together cannot all be rebuilt in place, or ``""``. Shards can: each
+    is rebuilt from the base and the trainers' write-back logs. A trainer with any other role
+    cannot: a dead shard's rows need the write-backs the trainer logged, and two trainers' update
+    logs may both hold a row, with nothing to say which value is the newer."""
+    if len(dead) > 1 and set(dead) & set(trainers):
+        return f"{' and '.join(dead)} died together: a dead trainer's logs are part of the others'"
+    return ""
 
 
 def _finished_everywhere(futures: list[Future]) -> list[Any] | None:

@@ -275,15 +275,20 @@ class ParameterServerSystem(System):
         return replace_between_steps(call, lambda failure, step: self._replace(failure, step, []),
                                      self._next_step, self._recoveries)
 
-    def _replace(self, failure: RoleFailedError, step: int, futures: list[Future]) -> None:
-        """Replace ``failure.role`` in place at the boundary before ``step``, or raise ``failure``
-        with the reason it cannot be (``fallback``): the job then restarts from the checkpoint."""
+    def _replace(
+        self, failure: RoleFailedError, step: int, futures: list[Future]
+    ) -> list[RoleFailedError]:
+        """Replace ``failure.role`` in place at the boundary before ``step`` and return
+        ``[failure]``, or raise ``failure`` with the reason it cannot be (``fallback``): the job
+        then restarts from the checkpoint. (Every step calls every shard and trainer, so a death
+        is met in the next step, one at a time.)"""
         _, deployment = self._require_setup()
         trainers = [t.role for t in self._trainers]
         replaceable = [*(trainers if self.replaces_trainers else []),
                        *([s.role for s in self._servers] if self.replaces_servers else [])]
         failure.fallback = (
-            replacement_refused(failure.role, replaceable, deployment.standbys, self._logs_paused)
+            replacement_refused([failure.role], replaceable, deployment.standbys,
+                                self._logs_paused)
             if replaceable
             else f"{self.name}: its roles hold state no other has"
         )
@@ -298,6 +303,7 @@ class ParameterServerSystem(System):
             failure.fallback = self._replace_server(failure.role, step, futures)
         if failure.fallback:
             raise failure
+        return [failure]
 
     def _survivors_state(
         self, dead: str, futures: list[Future]
@@ -305,7 +311,7 @@ class ParameterServerSystem(System):
         """The dense replica every surviving trainer holds at the step boundary, or why the fast
         path does not apply (``(None, reason)``)."""
         roles = [ref.role for ref in self._trainers]
-        why = step_left_by_survivors(roles, futures, dead, self.step_timeout_s)
+        why = step_left_by_survivors(roles, futures, {dead}, self.step_timeout_s)
         if why:
             return None, why
         survivors = [ref for ref in self._trainers if ref.role != dead]
@@ -347,7 +353,7 @@ class ParameterServerSystem(System):
         """
         ctx, deployment = self._require_setup()
         why = step_left_by_survivors(
-            [t.role for t in self._trainers], futures, dead, self.step_timeout_s
+            [t.role for t in self._trainers], futures, {dead}, self.step_timeout_s
         )
         if why:
             return why

@@ -13,7 +13,9 @@ Its trainers hold nothing but the dense replica, so with ``standby_trainers`` a 
 replaced in place and the step in flight trained again, no step redone; with ``standby_servers``
 a dead shard is rebuilt in place from the newest checkpoint's rows and the pushes the trainers
 logged since (``pushlog``), again with no step redone (``bagpipe.paramserver.system``,
-*Recovery*).
+*Recovery*). With either standby the trainers agree, after each step's pull and after its acks,
+that every one of them succeeded (``SyncPSTrainer``), so a shard that dies inside a step fails
+that step on every trainer, and it is trained again.
 
 Processes: ``server_0..S-1`` (:class:`~baselines.sync_ps.server.StepOrderedServer`) and
 ``trainer_0..T-1`` (:class:`~baselines.sync_ps.trainer.SyncPSTrainer`, one gloo group for the dense

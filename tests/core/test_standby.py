@@ -39,7 +39,7 @@ def test_a_standby_takes_over_a_dead_role_and_old_refs_reach_the_replacement() -
         with pytest.raises(RoleFailedError, match="server_0 died"):
             deployment.wait(server.rpc_async().add(1.0), 30)
 
-        assert deployment.take_over("server_0") == "server_standby_0"
+        assert deployment.take_over("server_0") == ["server_standby_0"]
         assert deployment.failure is None
         assert deployment.standbys == ()
         replacement = deployment.rebuild(server, Accumulator, 100.0)

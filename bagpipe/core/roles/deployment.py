@@ -103,7 +103,7 @@ from bagpipe.core.net.topology import host_of
 from bagpipe.core.net.wire import NetworkConfig
 from bagpipe.core.roles import cpu, rendezvous, spawn
 from bagpipe.core.roles.aliases import clear_aliases, set_alias, take_over_here, worker_of
-from bagpipe.core.roles.failures import RoleFailedError
+from bagpipe.core.roles.failures import RoleFailedError, describe_exit
 from bagpipe.core.roles.quiet import departure_notices_dropped
 from bagpipe.core.roles.rendezvous import Rendezvous
 from bagpipe.core.roles.roleref import RoleRef, construct
@@ -119,6 +119,7 @@ _STOP_S = 10.0  # roles asked to stop have this long to leave before they are te
 # the failure names the dead role: on a loaded two-core host 1 s was sometimes too short.
 _DEATH_VISIBLE_S = 5.0
 _DEPARTURE = "departure"  # the store every process of the world leaves the RPC world through
+_PING_S = 10.0  # how long a live role may take to say its pid (``dead_besides``)
 
 
 class Deployment:
@@ -385,38 +386,74 @@ class Deployment:
         """The standbys not yet used."""
         return tuple(self._standbys)
 
-    def take_over(self, role: str) -> str:
-        """A standby of ``role``'s kind serves ``role`` from now on; returns the standby's name.
+    def dead_besides(self, role: str) -> list[RoleFailedError]:
+        """The failures of the other roles that are dead now, which a replacement of ``role``
+        takes over with it (a system that meets a death only at its next call to the role can
+        meet two at once).
 
-        ``role``'s process must be dead. Every live process (this one too) routes calls to
-        ``role`` to the standby, the standby speaks as ``role``, and ``role``'s failure is
-        forgotten, so a later failure (the replacement's too, under ``role``'s name) is reported.
-        Build the replacement object with :meth:`rebuild`.
+        Every other role is asked for its pid: one whose call fails is dead once its exit code
+        shows (a role SIGKILLed a moment ago may not be reaped yet, so its exit code alone could
+        miss it). A role that answers is alive; if it dies later, the replacement meets that.
+        """
+        others = [r for r in self.roles if r != role]
+        pings = [rpc.rpc_async(worker_of(r), os.getpid, timeout=_PING_S) for r in others]
+        unanswered = []
+        for other, ping in zip(others, pings, strict=True):
+            try:
+                ping.wait()
+            except Exception:
+                unanswered.append(other)
+        deadline = time.monotonic() + _DEATH_VISIBLE_S
+        codes = self._children.exit_codes()
+        while any(codes.get(r) is None for r in unanswered) and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+            codes = self._children.exit_codes()
+        return [RoleFailedError(r, describe_exit(code)) for r in unanswered
+                if (code := codes.get(r)) is not None]
+
+    def take_over(self, *roles: str) -> list[str]:
+        """A standby of each of ``roles``' kinds serves it from now on; returns the standbys'
+        names, in order.
+
+        The ``roles``' processes must be dead. Every live process (this one too) routes calls to
+        each role to its standby, the standby speaks as the role, and the role's failure is
+        forgotten, so a later failure (the replacement's too, under the role's name) is reported.
+        Roles that died together are taken over in one call: each is retired before any live
+        process is told, so that no call of this one meets another of them dead. Build the
+        replacement objects with :meth:`rebuild`.
 
         Raises:
-            LookupError: no standby of ``role``'s kind is left.
-            ValueError: ``role``'s process is alive, or was not spawned here.
+            LookupError: no standby of a role's kind is left.
+            ValueError: a role's process is alive, or was not spawned here.
         """
-        self._check_role(role)
-        if self._children.exit_codes().get(role, None) is None:
-            raise ValueError(f"take_over({role!r}): its process is alive or not spawned here")
-        kind = role_kind(role)
-        standby = next((s for s in self._standbys if role_kind(s) == f"{kind}_standby"), None)
-        if standby is None:
-            raise LookupError(f"no standby left for {role!r} (standbys: {self._standbys})")
-        self._standbys.remove(standby)
-        self._children.retire(role, standby)
-        self._monitor.forget(role)
-        if self._error_dir is not None:
-            runtime.error_report_path(self._error_dir, role).unlink(missing_ok=True)
-        set_alias(role, standby)
-        others = [worker_of(r) for r in self.roles if r != role] + self._standbys
+        for role in roles:
+            self._check_role(role)
+            if self._children.exit_codes().get(role, None) is None:
+                raise ValueError(f"take_over({role!r}): its process is alive or not spawned here")
+        standbys = []
+        for role in roles:
+            kind = role_kind(role)
+            standby = next((s for s in self._standbys if role_kind(s) == f"{kind}_standby"), None)
+            if standby is None:
+                raise LookupError(f"no standby left for {role!r} (standbys: {self._standbys})")
+            self._standbys.remove(standby)
+            self._children.retire(role, standby)
+            self._monitor.forget(role)
+            if self._error_dir is not None:
+                runtime.error_report_path(self._error_dir, role).unlink(missing_ok=True)
+            set_alias(role, standby)
+            standbys.append(standby)
+        pairs = list(zip(roles, standbys, strict=True))
+        others = [worker_of(r) for r in self.roles if r not in roles] + self._standbys
         self.wait(
-            [rpc.rpc_async(w, set_alias, args=(role, standby)) for w in others]
-            + [rpc.rpc_async(standby, take_over_here, args=(role, standby))],
+            [rpc.rpc_async(w, set_alias, args=pair) for w in others for pair in pairs]
+            + [rpc.rpc_async(standby, take_over_here, args=(role, standby))
+               for role, standby in pairs]
+            + [rpc.rpc_async(standby, set_alias, args=pair)
+               for _, standby in pairs for pair in pairs if pair[1] != standby],
             self._options.rpc_timeout_s,
         )
-        return standby
+        return standbys
 
     # ----------------------------------------------------------------------------- groups
     def new_group(self, name: str, world_size: int) -> Rendezvous:
