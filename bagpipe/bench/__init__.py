@@ -5,7 +5,7 @@ A row is one measurement: ``{"benchmark": ..., "metric": ..., "value": ..., "uni
 any configuration columns. Ratios that matter are measured within one run, on one machine.
 """
 
-BENCHMARKS = ("data", "data_systems", "oracle", "systems", "fairness", "fault", "het_cache",
-              "network")
+BENCHMARKS = ("data", "data_systems", "oracle", "systems", "fairness", "fault", "fault_logs",
+              "het_cache", "network")
 #: Run only when named (``--only``): mutation testing takes about an hour (``nox -s mutants``).
 ON_REQUEST = ("mutants",)
