@@ -16,9 +16,10 @@ not), and every recovery is recorded as one :class:`Recovery` in the run record.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -30,8 +31,8 @@ from bagpipe.core.roles.failures import RoleFailedError
 
 __all__ = [
     "LOGS_PAUSED", "REPLACE", "ROLLBACK", "PausableRecoveryLogs", "Recovery", "ended_within",
-    "replace_between_steps", "replaced", "replacement_refused", "step_left_by_survivors",
-    "tensors_digest", "update_digest",
+    "replace_between_steps", "replaced", "replacement_refused", "replacing",
+    "step_left_by_survivors", "tensors_digest", "update_digest",
 ]
 
 _T = TypeVar("_T")
@@ -189,3 +190,15 @@ def replacement_refused(
             return (f"no standby {kind} left" if needed == 1
                     else f"{needed} {kind}s died together: fewer standbys left")
     return LOGS_PAUSED if logs_paused else ""
+
+
+@contextlib.contextmanager
+def replacing(dead: Sequence[str]) -> Iterator[None]:
+    """Around the work of replacing ``dead``: a role that answered before and dies meanwhile
+    fails the replacement, and the job rolls back with that said (its failure's ``fallback``)."""
+    try:
+        yield
+    except RoleFailedError as later:
+        replaced_roles = " and ".join(dead)
+        later.fallback = later.fallback or f"{later.role} died while {replaced_roles} was replaced"
+        raise

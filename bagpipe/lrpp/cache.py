@@ -53,9 +53,10 @@ class TrainerCache:
             (no capacity was planned for); an int is a hard limit and overflowing it is an error.
         dim: row width (the table dim of the model).
         dtype: row dtype.
-        journal: keep the ids of rows dropped (evicted, or marked stale) since the last
-            :meth:`drain_dropped`, for a trainer that logs its rows elsewhere
-            (``bagpipe.lrpp.updatelog``).
+        journal: keep the ids of rows dropped since the last :meth:`drain_dropped`, for a
+            trainer that logs its rows elsewhere (``bagpipe.lrpp.updatelog``): rows marked stale
+            at once, evicted rows when the trainer says (:meth:`journal_dropped`), once its
+            write-back of them is acknowledged, so that its log keeps a row until a server has it.
     """
 
     _INITIAL_UNBOUNDED_SLOTS = 1024
@@ -151,7 +152,7 @@ class TrainerCache:
             self._rebuild_map()
 
     def evict(
-        self, ids: torch.Tensor, writeback: torch.Tensor | None = None, journal: bool = True
+        self, ids: torch.Tensor, writeback: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Drop whichever of ``ids`` are resident; return the final rows of ``writeback`` and the
         ids dropped.
@@ -159,9 +160,7 @@ class TrainerCache:
         ``writeback`` (a subset of ``ids``: the rows this trainer writes back) must be resident and
         fresh here; the other ids may be absent (others' singletons are never fetched here) or
         stale. Reading and dropping happen under one lock, so no update can slip in between.
-        ``journal=False`` leaves the drops out of the journal: a trainer that logs its rows
-        journals them itself (:meth:`journal_dropped`) once its write-back is acknowledged, so
-        that its log keeps a row until a server has it.
+        The drops are journaled only by :meth:`journal_dropped` (``journal`` in the class).
         """
         with self._lock:
             rows = (
@@ -172,8 +171,6 @@ class TrainerCache:
             found = self._lookup(ids)
             slots = found.slots[found.found]
             dropped = self.slot_id[slots].clone()
-            if journal:
-                self._journal(dropped)
             self.occupied[slots] = False
             self.stale[slots] = False
             self._fetched_unread[slots] = False
@@ -215,7 +212,7 @@ class TrainerCache:
             return torch.cat(dropped) if dropped else torch.empty(0, dtype=torch.int64)
 
     def journal_dropped(self, ids: torch.Tensor) -> None:
-        """Journal ``ids`` as dropped (rows :meth:`evict` dropped with ``journal=False``)."""
+        """Journal ``ids`` as dropped (rows :meth:`evict` dropped)."""
         with self._lock:
             self._journal(ids)
 

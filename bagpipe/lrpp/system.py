@@ -23,9 +23,10 @@ every trainer and all-reduced). See ``bagpipe.lrpp.trainer``.
 
 Recovery: ``standby_trainers`` (default 0) pre-spawns idle trainer processes; with one, a dead
 trainer is replaced in place, no step redone (:meth:`Bagpipe._replace_role`), and every trainer
-logs the rows only it holds to the driver for that (``bagpipe.lrpp.updatelog``). ``standby_servers`` does the
-same for a dead server shard, whose rows are rebuilt from the newest checkpoint's model and the
-rows the trainers wrote back since, which they log on their side (``bagpipe.lrpp.writebacklog``).
+logs the rows only it holds to the driver for that (``bagpipe.lrpp.updatelog``).
+``standby_servers`` does the same for a dead server shard, whose rows are rebuilt from the newest
+checkpoint's model and the rows the trainers wrote back since, which they log on their side
+(``bagpipe.lrpp.writebacklog``).
 Any other failure, or one the replacement cannot prove exact, restarts the job from the checkpoint
 (``bagpipe.core.recovery``).
 
@@ -66,6 +67,7 @@ from bagpipe.core.recovery import (
     replace_between_steps,
     replaced,
     replacement_refused,
+    replacing,
     step_left_by_survivors,
     tensors_digest,
 )
@@ -302,7 +304,7 @@ class Bagpipe(System):
         if failure.fallback:
             raise failure
         self._abandoned = True  # until the roles are rebuilt: close() then ends them at once
-        try:
+        with replacing(dead):
             deployment.take_over(*dead)  # their failures are handled from here
             finished = None
             if not set(dead) & set(trainers) and futures:  # fetches waiting on dead shards end
@@ -312,9 +314,6 @@ class Bagpipe(System):
             state, failure.fallback = self._state_before(
                 boundary, dead, futures if futures and finished is None else None
             )
-        except RoleFailedError as later:  # a role that answered before died since
-            later.fallback = later.fallback or f"{later.role} died while {failure.role} was replaced"
-            raise
         if state is None:
             raise failure
         survivors = [role for role in trainers if role not in dead]

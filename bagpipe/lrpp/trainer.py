@@ -405,14 +405,13 @@ class BagpipeTrainer:
         keep = self.log_updates and not self.recovery_paused
         if keep:  # the replicated rows a peer writes back: if it dies first, they are here
             replicas = self.cache.fresh(plan.evict[plan.writeback_owner != self.index])
-        rows, dropped = self.cache.evict(plan.evict, writeback=mine, journal=not self.log_updates)
+        rows, dropped = self.cache.evict(plan.evict, writeback=mine)
         parts = self.layout.split(mine)
         list(self._shard_pool.map(
             lambda s: self._write_back(s, plan.round_index, mine[parts[s]], rows[parts[s]]),
             range(len(self.servers)),
         ))
-        if self.log_updates:  # only now may the driver's log forget them: a server has them
-            self.cache.journal_dropped(dropped)
+        self.cache.journal_dropped(dropped)  # only now may the log forget them: a server has them
         if keep:
             with self._round_cond:
                 self._evicted_replicas[plan.round_index] = replicas

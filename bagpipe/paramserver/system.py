@@ -74,6 +74,7 @@ from bagpipe.core.recovery import (
     replace_between_steps,
     replaced,
     replacement_refused,
+    replacing,
     step_left_by_survivors,
     tensors_digest,
 )
@@ -294,13 +295,14 @@ class ParameterServerSystem(System):
         )
         if failure.fallback:
             raise failure
-        deployment.take_over(failure.role)  # its failure is handled from here
-        if failure.role in trainers:
-            dense, failure.fallback = self._survivors_state(failure.role, futures)
-            if dense is not None:
-                self._replace_trainer(failure.role, step, dense)
-        else:
-            failure.fallback = self._replace_server(failure.role, step, futures)
+        with replacing([failure.role]):
+            deployment.take_over(failure.role)  # its failure is handled from here
+            if failure.role in trainers:
+                dense, failure.fallback = self._survivors_state(failure.role, futures)
+                if dense is not None:
+                    self._replace_trainer(failure.role, step, dense)
+            else:
+                failure.fallback = self._replace_server(failure.role, step, futures)
         if failure.fallback:
             raise failure
         return [failure]

@@ -11,7 +11,13 @@ from __future__ import annotations
 import pytest
 from torch.futures import Future
 
-from bagpipe.core.recovery import LOGS_PAUSED, replacement_refused, step_left_by_survivors
+from bagpipe.core.recovery import (
+    LOGS_PAUSED,
+    replacement_refused,
+    replacing,
+    step_left_by_survivors,
+)
+from bagpipe.core.roles import RoleFailedError
 
 TRAINERS = ["trainer_0", "trainer_1"]
 SERVERS = ["server_0", "server_1"]
@@ -60,3 +66,14 @@ def test_the_step_in_flight_must_have_failed_on_every_survivor() -> None:
     assert step_left_by_survivors(roles, [failed, Future(), failed], {"trainer_0"}, 0.05) == (
         "trainer_1 did not leave the step in flight")
     assert step_left_by_survivors(roles, [], {"trainer_0"}, 1.0) == ""  # nothing was in flight
+
+
+def test_a_death_met_during_a_replacement_says_so_and_keeps_a_reason_it_had() -> None:
+    with pytest.raises(RoleFailedError) as met, replacing(["server_0", "server_1"]):
+        raise RoleFailedError("trainer_1", "died (exit code -9, SIGKILL)")
+    assert met.value.fallback == "trainer_1 died while server_0 and server_1 was replaced"
+    already = RoleFailedError("oracle", "died (exit code 1)")
+    already.fallback = "its own reason"
+    with pytest.raises(RoleFailedError) as met, replacing(["server_0"]):
+        raise already
+    assert met.value.fallback == "its own reason"

@@ -12,6 +12,7 @@ its write-backs back, so that a kill lands in that window every time.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import torch
 
@@ -29,8 +30,8 @@ __all__ = ["BagpipeWithSlowWriters", "SlowWriter", "rounds_evicting_replicas_of"
 class SlowWriter(BagpipeTrainer):
     """A :class:`BagpipeTrainer` that holds back its write-backs of an armed round."""
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self._armed_round = -1
         self._released = threading.Event()  # never set: the process is killed meanwhile
 
