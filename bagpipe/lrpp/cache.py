@@ -53,10 +53,11 @@ class TrainerCache:
             (no capacity was planned for); an int is a hard limit and overflowing it is an error.
         dim: row width (the table dim of the model).
         dtype: row dtype.
-        journal: keep the ids of rows dropped since the last :meth:`drain_dropped`, for a
-            trainer that logs its rows elsewhere (``bagpipe.lrpp.updatelog``): rows marked stale
-            at once, evicted rows when the trainer says (:meth:`journal_dropped`), once its
-            write-back of them is acknowledged, so that its log keeps a row until a server has it.
+        journal: keep the ids of rows evicted since the last :meth:`drain_dropped`, for a
+            trainer that logs its rows elsewhere (``bagpipe.lrpp.updatelog``), when the trainer
+            says (:meth:`journal_dropped`): once its write-back of them is acknowledged, so that
+            its log keeps a row until a server has it. Rows marked stale are not journaled: the
+            log learns them from the peer that updates them.
     """
 
     _INITIAL_UNBOUNDED_SLOTS = 1024
@@ -199,12 +200,11 @@ class TrainerCache:
         with self._lock:
             found = self._lookup(ids)
             slots = found.slots[found.found]
-            self._journal(self.slot_id[slots])
             self.stale[slots] = True
             return int(slots.numel())
 
     def drain_dropped(self) -> torch.Tensor:
-        """Ids of rows dropped (evicted or marked stale) since the last call (``journal=True``)."""
+        """Ids of the rows journaled (evicted) since the last call (``journal=True``)."""
         with self._lock:
             if self._dropped is None:
                 raise CacheError("drain_dropped: this cache keeps no journal")
@@ -214,12 +214,10 @@ class TrainerCache:
     def journal_dropped(self, ids: torch.Tensor) -> None:
         """Journal ``ids`` as dropped (rows :meth:`evict` dropped)."""
         with self._lock:
-            self._journal(ids)
+            if self._dropped is not None and ids.numel():
+                self._dropped.append(ids.clone())
 
     # ----------------------------------------------------------------------------- internals
-    def _journal(self, ids: torch.Tensor) -> None:
-        if self._dropped is not None and ids.numel():
-            self._dropped.append(ids.clone())
 
     def _lookup(self, ids: torch.Tensor) -> Lookup:
         ids = ids.to(torch.int64).contiguous()

@@ -76,7 +76,7 @@ from bagpipe.core.roles.deployment import standby_roles
 from bagpipe.lrpp.oracle_role import OracleRole
 from bagpipe.lrpp.server import BagpipeServerShard
 from bagpipe.lrpp.trainer import BagpipeTrainer, Design
-from bagpipe.lrpp.updatelog import UpdateLog
+from bagpipe.lrpp.updatelog import UpdateLogs
 from bagpipe.lrpp.writebacklog import replay_write_backs
 from bagpipe.models import table_dim
 from bagpipe.oracle.config import DEFAULT_CLEANUP_FRACTION, OracleConfig, cleanup_interval_for
@@ -136,7 +136,7 @@ class Bagpipe(System):
         self._totals = StepRecord()
         self._step_offset = 0  # the global step this run started (resumed, or was rebuilt) at
         self._next_step = 0  # the global step the roles are before (``full_state`` is taken there)
-        self._logs: list[UpdateLog] = []  # per trainer, with standby_trainers (``updatelog``)
+        self._logs: UpdateLogs | None = None  # with standby_trainers (``updatelog``)
         #: With standby_servers, the model a dead shard is rebuilt from (``writebacklog``): the
         #: last ``full_state``'s, or the one the roles were started from (``None``: seeded).
         self._base: ModelState | None = None
@@ -186,7 +186,7 @@ class Bagpipe(System):
         source = TrainingStream(ctx.source, self._step_offset, end)
         dim = table_dim(ctx.model)
         if self.standby_trainers:
-            self._logs = [UpdateLog(ctx.schema.total_rows, dim) for _ in range(self.num_trainers)]
+            self._logs = UpdateLogs(self.num_trainers, ctx.schema.total_rows, dim)
         self._base = resume.state if resume else None
 
         def build(role: str, old: list[RoleRef], index: int, cls: type, *args: Any,
@@ -224,10 +224,12 @@ class Bagpipe(System):
     def train_step(self, step: int, batch: Batch) -> StepResult:
         deployment, _ = self._require_setup()
         parts = split_batch(batch, self.num_trainers)
-        planning_s, futures, logs = 0.0, [], self._logs
+        planning_s, futures, recording_s = 0.0, [], 0.0
         try:  # a death is seen in any of these waits (the oracle's report is one)
             planning_s = self._previous_planning_s()
             futures = self._issue(step, parts)
+            if self._logs is not None:  # the previous step's entries, while the trainers work
+                recording_s = self._logs.flush()
             results = deployment.wait(futures)
         except RoleFailedError as failure:
             detected_at_s = time.perf_counter()
@@ -235,16 +237,15 @@ class Bagpipe(System):
             if finished is None:  # the step applied nowhere: trained again by the rebuilt roles
                 results, resumed = deployment.wait(self._issue(step, parts)), step
             else:  # every trainer finished it; the roles were rebuilt from the model after it
-                results, resumed, logs = finished, step + 1, []
+                results, resumed = finished, step + 1
             self._recoveries += [replaced(f, resumed, detected_at_s) for f in handled]
-        recording_s = time.thread_time()
-        for log, (_, _, entry) in zip(logs, results, strict=False):
-            if entry is not None:  # none while the logs are paused
-                log.record(entry)
-        recording_s = time.thread_time() - recording_s
+            if finished is not None:  # the rebuilt roles' logs start after it
+                results = [(loss, record, None) for loss, record, _ in results]
+        if self._logs is not None:
+            self._logs.hold([entry for _, _, entry in results])
         record = runtime.merge_trainer_records([r for _, r, _ in results])
         record.counters["planning_s"] = planning_s
-        if self._logs:  # the driver's CPU share of the update log (the trainers count theirs)
+        if self._logs is not None:  # the driver's CPU share of the update log (trainers count theirs)
             record.counters["recovery_log_record_cpu_s"] = recording_s
         self._totals = self._totals + record
         self._next_step = step + 1
@@ -361,7 +362,8 @@ class Bagpipe(System):
         rows = self._server_rows(dead)
         for k, trainer in enumerate(self._trainers):
             if trainer.role in dead:
-                self._logs[k].overlay(rows)
+                assert self._logs is not None  # a dead trainer is replaced only with its log
+                self._logs.overlay(k, rows)
         for _, ids, cached, _ in salvaged:
             rows[ids] = cached
         return ModelState(split_tables(rows, self._ctx.schema), dense=salvaged[0][3]), ""

@@ -8,11 +8,12 @@ may have dropped a replicated row whose designated writer (this trainer) has not
 back. With logging on (``Bagpipe(standby_trainers=...)``):
 
 * every step's reply carries, besides the loss, the trainer's :class:`LogEntry`: the singletons it
-  updated in the step (ids and new values) and the rows it dropped since its previous reply
-  (marked stale because another trainer updates them alone, or evicted; an eviction is reported
-  only once its write-back is acknowledged, so the log keeps a row until a server has it). The
-  driver keeps one :class:`UpdateLog` per trainer: the latest value of each logged row the
-  trainer still holds;
+  updated in the step (ids and new values) and the rows it evicted since its previous reply (an
+  eviction is reported only once its write-back is acknowledged, so the log keeps a row until a
+  server has it). The driver keeps :class:`UpdateLogs`, per trainer the latest value of each
+  logged row the trainer still holds fresh. A row a peer updates alone in a step is stale here
+  from that step on; the driver knows those rows from the peer's entry of the same step, so no
+  trainer sends them;
 * every trainer keeps the fresh replicated rows it evicts that a peer writes back, until the round
   is installed on every trainer (the agreement at the round's first step), by when every
   write-back of the round is acknowledged (``BagpipeTrainer.salvage`` hands them over).
@@ -30,17 +31,20 @@ by the dead trainer's log, overwritten by the survivors' fresh cached and kept r
 
 The cost is one copy of the step's singleton updates per step, in the reply (counted as ``data``
 traffic by the wire), a ``[rows, D]`` tensor per trainer in the driver, and each trainer's copy
-of a round's evicted replicas for about a round. Logging every updated row instead, replicated
-ones included, sent 6.7 times the bytes (592 against 88 kB a step, ``bagpipe.bench.fault``).
+of a round's evicted replicas for about a round. The driver records a step's entries while the
+trainers run the next step (:meth:`UpdateLogs.hold`), not between the two, when every trainer
+waits for it. Logging every updated row instead, replicated ones included, sent 6.7 times the
+bytes (592 against 88 kB a step, ``bagpipe.bench.fault``).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["LogEntry", "UpdateLog"]
+__all__ = ["LogEntry", "UpdateLog", "UpdateLogs"]
 
 
 @dataclass(frozen=True)
@@ -59,8 +63,12 @@ class UpdateLog:
         self.rows = torch.zeros(total_rows, dim)
         self.held = torch.zeros(total_rows, dtype=torch.bool)
 
-    def record(self, entry: LogEntry) -> None:
+    def record(self, entry: LogEntry, updated_by_peers: list[torch.Tensor]) -> None:
+        """This trainer's ``entry`` of a step, in which its peers updated ``updated_by_peers``
+        alone (their entries' ids, disjoint from ``entry.ids``)."""
         self.held[entry.dropped] = False
+        for ids in updated_by_peers:
+            self.held[ids] = False
         self.rows[entry.ids] = entry.rows
         self.held[entry.ids] = True
 
@@ -69,3 +77,39 @@ class UpdateLog:
         ids = torch.nonzero(self.held).flatten()
         table[ids] = self.rows[ids]
         return int(ids.numel())
+
+
+class UpdateLogs:
+    """Every trainer's :class:`UpdateLog`, fed one step's entries at a time.
+
+    :meth:`hold` keeps a step's entries and :meth:`flush` records them: the driver flushes once
+    it has issued the next step, so the recording overlaps the trainers' work instead of holding
+    every trainer between two steps. A log is read (:meth:`overlay`) with everything recorded.
+    """
+
+    def __init__(self, trainers: int, total_rows: int, dim: int) -> None:
+        self.logs = [UpdateLog(total_rows, dim) for _ in range(trainers)]
+        self._held: list[LogEntry] = []
+
+    def hold(self, entries: list[LogEntry | None]) -> None:
+        """Keep one step's entries (in trainer order; all ``None`` while the logs are paused),
+        after recording those of the step before if they are still held."""
+        self.flush()
+        if all(entry is None for entry in entries):
+            return
+        if None in entries or len(entries) != len(self.logs):
+            raise ValueError("a step's log entries come from every trainer or from none")
+        self._held = [entry for entry in entries if entry is not None]
+
+    def flush(self) -> float:
+        """Record the entries held; returns the CPU seconds it took."""
+        started_s = time.thread_time()
+        held, self._held = self._held, []
+        for k, (log, entry) in enumerate(zip(self.logs, held, strict=False)):
+            log.record(entry, [peer.ids for j, peer in enumerate(held) if j != k])
+        return time.thread_time() - started_s
+
+    def overlay(self, trainer: int, table: torch.Tensor) -> int:
+        """Trainer ``trainer``'s logged rows written into ``table`` (every entry recorded)."""
+        self.flush()
+        return self.logs[trainer].overlay(table)

@@ -11,6 +11,7 @@ from bagpipe.core import collectives, runtime
 from bagpipe.core.interface import TrainerSpec
 from bagpipe.core.meter import Phase, StepRecord
 from bagpipe.core.roles import Rendezvous, RoleRef
+from bagpipe.models import table_dim
 from bagpipe.paramserver import ParameterServerTrainer, wait_acks
 from bagpipe.training.step import forward_backward, sgd_dense_, unique_rows
 from baselines.sync_ps.pushlog import LoggedPush, PushLog
@@ -30,13 +31,16 @@ class SyncPSTrainer(ParameterServerTrainer):
         wait for every push ack         (SYNC: the next pull must see every trainer's update)
         SGD on the dense replica        (OPTIMIZER)
 
-    With standbys (``agree``), the trainers agree after the pull and after the acks that every
-    one of them succeeded (:func:`~bagpipe.core.collectives.any_failed`, 4 bytes each). A shard
-    that dies in the middle of a step fails the calls of only the trainers that reach it late;
-    without the agreement, one whose pull succeeded would wait in the dense all-reduce for a
-    peer that left, and one whose pushes were acknowledged would apply the step that the others
-    train again. With it, every trainer leaves the step in flight with an error, and the shard is
-    rebuilt at that boundary (``bagpipe.paramserver.system``, *Recovery*).
+    With standbys (``agree``), the trainers agree after the acks that every one of them pulled
+    and pushed (:func:`~bagpipe.core.collectives.any_failed`, 4 bytes). A shard that dies in the
+    middle of a step fails the calls of only the trainers that reach it late; without the
+    agreement, one whose pushes were acknowledged would apply the step that the others train
+    again. With it, every trainer leaves the step in flight with an error, and the shard is
+    rebuilt at that boundary (``bagpipe.paramserver.system``, *Recovery*). A trainer whose pull
+    failed goes on to that agreement through the step's collectives, training on zero rows and
+    pushing nothing: leaving at once would leave its peers waiting in the dense all-reduce, and
+    agreeing on the pull too would cost every step a second collective. No trainer applies
+    anything before the agreement, and the shards drop the pushes of a step trained again.
     """
 
     def __init__(
@@ -49,6 +53,7 @@ class SyncPSTrainer(ParameterServerTrainer):
         self._push_log = PushLog(len(servers)) if log_pushes else None
         self.tables = StepOrderedTables(servers, rank, self._push_log)
         self.offsets = spec.schema.table_offsets
+        self.dim = table_dim(spec.model)
         self.agree = agree
         self.recovery_paused = False  # the log and agreements off (``pause_recovery_logs``)
 
@@ -63,32 +68,37 @@ class SyncPSTrainer(ParameterServerTrainer):
         meter = runtime.current().meter
         with meter.phase(Phase.FETCH_WAIT):
             unique_ids, inverse = unique_rows(ids + self.offsets)
-            rows = self._agreed(step, "pull", lambda: self.tables.pull_at(step, unique_ids))
+            rows, failed = self._attempt(lambda: self.tables.pull_at(step, unique_ids))
+        if rows is None:  # the pull failed: the step's collectives still run (class docstring)
+            rows = torch.zeros(unique_ids.numel(), self.dim)
         grads = forward_backward(
             self.ddp_model, dense, rows, inverse, labels, self.global_batch_size, meter
         )
         with meter.phase(Phase.SYNC):
-            self._agreed(step, "push", lambda: wait_acks(
-                self.tables.push_at(step, unique_ids, grads.row_grads, self.optim.embedding_lr)
-            ))
+            if failed is None:
+                _, failed = self._attempt(lambda: wait_acks(
+                    self.tables.push_at(step, unique_ids, grads.row_grads, self.optim.embedding_lr)
+                ))
+            if self._agreeing() and collectives.any_failed(failed is not None):
+                raise RuntimeError(f"trainer_{self.rank}: a trainer's pull or push of step {step} "
+                                   f"failed") from failed
         with meter.phase(Phase.OPTIMIZER):
             sgd_dense_(self.model, self.optim.dense_lr)
         meter.count("unique_rows", float(unique_ids.numel()))
         return grads.loss, meter.end_step()
 
-    def _agreed(self, step: int, what: str, call: Callable[[], _T]) -> _T:
-        """``call()``, whose failure on any trainer (``agree``) fails it on every one."""
-        if not self.agree or self.recovery_paused:
-            return call()
-        error: Exception | None = None
+    def _agreeing(self) -> bool:
+        return self.agree and not self.recovery_paused
+
+    def _attempt(self, call: Callable[[], _T]) -> tuple[_T | None, Exception | None]:
+        """``call()``'s value; agreeing, a failure is returned for the agreement instead of
+        raised, so that this trainer's peers hear of it."""
+        if not self._agreeing():
+            return call(), None
         try:
-            value = call()
-        except Exception as exc:  # a shard died: the peers must hear it before this one leaves
-            error = exc
-        if collectives.any_failed(error is not None):
-            raise RuntimeError(f"trainer_{self.rank}: a trainer's {what} of step {step} failed") \
-                from error
-        return value
+            return call(), None
+        except Exception as exc:  # a shard died
+            return None, exc
 
     def pushes_to(self, shard: int, step: int) -> list[LoggedPush]:
         """This trainer's pushes to ``shard`` of the finished steps before ``step``; the step in
