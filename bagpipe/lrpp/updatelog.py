@@ -66,11 +66,10 @@ class UpdateLog:
     def record(self, entry: LogEntry, updated_by_peers: list[torch.Tensor]) -> None:
         """This trainer's ``entry`` of a step, in which its peers updated ``updated_by_peers``
         alone (their entries' ids, disjoint from ``entry.ids``)."""
-        self.held[entry.dropped] = False
-        for ids in updated_by_peers:
-            self.held[ids] = False
-        self.rows[entry.ids] = entry.rows
-        self.held[entry.ids] = True
+        for ids in (entry.dropped, *updated_by_peers):
+            self.held.index_fill_(0, ids, False)
+        self.rows.index_copy_(0, entry.ids, entry.rows)
+        self.held.index_fill_(0, entry.ids, True)
 
     def overlay(self, table: torch.Tensor) -> int:
         """Write the logged rows into the flat row space ``table``; return how many."""

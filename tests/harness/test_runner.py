@@ -185,3 +185,34 @@ def test_evaluate_scores_the_given_state() -> None:
     assert auc == pytest.approx(roc_auc(logits, labels))
     want = float(torch.nn.functional.binary_cross_entropy_with_logits(logits, labels))
     assert logloss == pytest.approx(want, rel=1e-6)
+
+
+class ThreadProbe(Probe):
+    """Probe that records the driver's torch threads at every step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[int] = []
+
+    def train_step(self, step: int, batch: Batch) -> StepResult:
+        self.threads.append(torch.get_num_threads())
+        return super().train_step(step, batch)
+
+
+def test_the_driver_trains_with_the_configured_threads_and_gets_its_own_back(
+    tiny_context: ContextFactory,
+) -> None:
+    """A benchmark that drives a system itself gets the harness's one thread, not its own two."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        system = ThreadProbe()
+        eval_source = TinySource(TINY_SCHEMA, batch_size=16, num_batches=1, seed=1)
+        run_training(system, tiny_context(batch_size=8, num_batches=2), eval_source,
+                     RunConfig(num_steps=2, eval_every=0, progress=False))
+        assert system.threads == [1, 1]
+        assert torch.get_num_threads() == 2
+        with pytest.raises(ValueError, match="run.torch_threads"):
+            RunConfig(num_steps=2, eval_every=0, torch_threads=0)
+    finally:
+        torch.set_num_threads(before)

@@ -110,7 +110,8 @@ def _loop(cfg: DictConfig) -> RunConfig:
     run = cfg.run
     return RunConfig(num_steps=int(run.steps), eval_every=int(run.eval_every),
                      warmup_steps=int(run.warmup_steps), progress=bool(run.progress),
-                     checkpoint_every=int(run.checkpoint_every))
+                     checkpoint_every=int(run.checkpoint_every),
+                     torch_threads=int(run.torch_threads))
 
 
 def plain(node: DictConfig) -> dict[str, Any]:

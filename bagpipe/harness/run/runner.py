@@ -81,6 +81,11 @@ class RunConfig:
         progress: show a progress bar (only when stderr is a terminal).
         checkpoint_every: save a checkpoint every this many steps (``0``: never); needs a
             checkpoint store passed to :func:`run_training`.
+        torch_threads: the driver's intra-op threads while :func:`run_training` runs. One, as
+            every spawned role has (``threads_per_role``): on a shared host a second OpenMP
+            thread spins after each parallel op and takes a core from the trainers (a Bagpipe
+            driver recording its update logs burned 2.9 ms of CPU a step with two threads, 0.5
+            with one), so a run driven from elsewhere (a benchmark) could not be compared.
     """
 
     num_steps: int
@@ -88,6 +93,7 @@ class RunConfig:
     warmup_steps: int = 5
     progress: bool = True
     checkpoint_every: int = 0
+    torch_threads: int = 1
 
     def __post_init__(self) -> None:
         if self.num_steps < 1:
@@ -98,6 +104,8 @@ class RunConfig:
             raise ValueError(f"run.warmup_steps: must be >= 0, got {self.warmup_steps}")
         if self.checkpoint_every < 0:
             raise ValueError(f"run.checkpoint_every: must be >= 0, got {self.checkpoint_every}")
+        if self.torch_threads < 1:
+            raise ValueError(f"run.torch_threads: must be >= 1, got {self.torch_threads}")
 
     def eval_due(self, steps_done: int) -> bool:
         periodic = self.eval_every > 0 and steps_done % self.eval_every == 0
@@ -190,6 +198,8 @@ def run_training(
     """
     result = RunResult(reorders_samples=type(system).reorders_samples)
     last_network_report()  # forget any earlier run's
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.torch_threads)
     try:
         ctx, first_step = _starting_point(system, ctx, cfg, resume)
         init_time_s = _set_up(system, ctx, resume)
@@ -209,6 +219,7 @@ def run_training(
         return result
     finally:
         system.close()
+        torch.set_num_threads(threads)
         _add_network_report(result)
 
 
