@@ -186,7 +186,7 @@ class Bagpipe(System):
         source = TrainingStream(ctx.source, self._step_offset, end)
         dim = table_dim(ctx.model)
         if self.standby_trainers:
-            self._logs = UpdateLogs(self.num_trainers, ctx.schema.total_rows, dim)
+            self._logs = UpdateLogs(self.num_trainers, dim)
         self._base = resume.state if resume else None
 
         def build(role: str, old: list[RoleRef], index: int, cls: type, *args: Any,
@@ -228,8 +228,8 @@ class Bagpipe(System):
         try:  # a death is seen in any of these waits (the oracle's report is one)
             planning_s = self._previous_planning_s()
             futures = self._issue(step, parts)
-            if self._logs is not None:  # the previous step's entries, while the trainers work
-                recording_s = self._logs.flush()
+            if self._logs is not None:  # fold the entries kept, while the trainers work
+                recording_s = self._logs.compact()
             results = deployment.wait(futures)
         except RoleFailedError as failure:
             detected_at_s = time.perf_counter()
@@ -242,7 +242,7 @@ class Bagpipe(System):
             if finished is not None:  # the rebuilt roles' logs start after it
                 results = [(loss, record, None) for loss, record, _ in results]
         if self._logs is not None:
-            self._logs.hold([entry for _, _, entry in results])
+            self._logs.append([entry for _, _, entry in results])
         record = runtime.merge_trainer_records([r for _, r, _ in results])
         record.counters["planning_s"] = planning_s
         if self._logs is not None:  # the driver's CPU share of the update log (trainers count theirs)

@@ -30,11 +30,12 @@ by the dead trainer's log, overwritten by the survivors' fresh cached and kept r
 (``bagpipe.lrpp.system``).
 
 The cost is one copy of the step's singleton updates per step, in the reply (counted as ``data``
-traffic by the wire), a ``[rows, D]`` tensor per trainer in the driver, and each trainer's copy
-of a round's evicted replicas for about a round. The driver records a step's entries while the
-trainers run the next step (:meth:`UpdateLogs.hold`), not between the two, when every trainer
-waits for it. Logging every updated row instead, replicated ones included, sent 6.7 times the
-bytes (592 against 88 kB a step, ``bagpipe.bench.fault``).
+traffic by the wire), the held rows of every trainer in the driver, and each trainer's copy of a
+round's evicted replicas for about a round. The driver keeps the entries as they arrive and
+folds them into its logs a batch at a time, sorted by row, while the trainers run a step
+(:meth:`UpdateLogs.compact`). Logging
+every updated row instead, replicated ones included, sent 6.7 times the bytes (592 against 88 kB
+a step, ``bagpipe.bench.fault``).
 """
 
 from __future__ import annotations
@@ -57,58 +58,90 @@ class LogEntry:
 
 
 class UpdateLog:
-    """The driver's copy of one trainer's updated, still-held rows (module docstring)."""
+    """The driver's copy of one trainer's updated, still-held rows (module docstring): ``ids``
+    and their ``rows``, only those, so that it grows with what the trainer holds and not with
+    the tables."""
 
-    def __init__(self, total_rows: int, dim: int) -> None:
-        self.rows = torch.zeros(total_rows, dim)
-        self.held = torch.zeros(total_rows, dtype=torch.bool)
+    def __init__(self, dim: int) -> None:
+        self.ids = torch.empty(0, dtype=torch.int64)
+        self.rows = torch.empty(0, dim)
 
-    def record(self, entry: LogEntry, updated_by_peers: list[torch.Tensor]) -> None:
-        """This trainer's ``entry`` of a step, in which its peers updated ``updated_by_peers``
-        alone (their entries' ids, disjoint from ``entry.ids``)."""
-        for ids in (entry.dropped, *updated_by_peers):
-            self.held.index_fill_(0, ids, False)
-        self.rows.index_copy_(0, entry.ids, entry.rows)
-        self.held.index_fill_(0, entry.ids, True)
+    def record(self, steps: list[tuple[LogEntry, list[torch.Tensor]]]) -> None:
+        """Steps in order, each this trainer's entry and the ids its peers updated alone in that
+        step (their entries' ids, disjoint from the entry's). A row ends held, with its logged
+        value, if the last of these that names it is this trainer's update; the other events
+        (dropped, updated by a peer) end it not held. A row they do not name stays as it was."""
+        ids, held, values = [], [], []
+        for entry, updated_by_peers in steps:
+            for dropped in (entry.dropped, *updated_by_peers):
+                ids.append(dropped.to(torch.int64))
+                held.append(torch.zeros(dropped.numel(), dtype=torch.bool))
+            ids.append(entry.ids.to(torch.int64))
+            held.append(torch.ones(entry.ids.numel(), dtype=torch.bool))
+            values.append(entry.rows.to(self.rows.dtype))
+        if not ids:
+            return
+        events, is_held = torch.cat(ids), torch.cat(held)
+        order = torch.sort(events, stable=True).indices  # by row, each row's events in order
+        named, counts = torch.unique_consecutive(events[order], return_counts=True)
+        last = order[torch.cumsum(counts, 0) - 1]  # each named row's last event
+        kept = last[is_held[last]]
+        value_of = torch.cumsum(is_held.to(torch.int64), 0) - 1  # a held event's row in values
+        untouched = _absent_from(named, self.ids)
+        self.ids = torch.cat([self.ids[untouched], events[kept]])
+        self.rows = torch.cat([self.rows[untouched], torch.cat(values)[value_of[kept]]])
 
     def overlay(self, table: torch.Tensor) -> int:
         """Write the logged rows into the flat row space ``table``; return how many."""
-        ids = torch.nonzero(self.held).flatten()
-        table[ids] = self.rows[ids]
-        return int(ids.numel())
+        table[self.ids] = self.rows
+        return int(self.ids.numel())
+
+
+def _absent_from(sorted_ids: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Which of ``ids`` are not in ``sorted_ids`` (ascending, not empty)."""
+    at = torch.searchsorted(sorted_ids, ids).clamp_(max=sorted_ids.numel() - 1)
+    return sorted_ids[at] != ids
 
 
 class UpdateLogs:
     """Every trainer's :class:`UpdateLog`, fed one step's entries at a time.
 
-    :meth:`hold` keeps a step's entries and :meth:`flush` records them: the driver flushes once
-    it has issued the next step, so the recording overlaps the trainers' work instead of holding
-    every trainer between two steps. A log is read (:meth:`overlay`) with everything recorded.
+    :meth:`append` keeps a step's entries as they came (no copy); :meth:`compact` folds them into
+    the logs, and the driver calls it once it has issued the next step, so that the work
+    overlaps the trainers'. A fold copies every held row, so it waits until the entries kept
+    name as many rows as a log holds: the work stays in proportion to the entries. A log is read
+    (:meth:`overlay`) with every entry folded in.
     """
 
-    def __init__(self, trainers: int, total_rows: int, dim: int) -> None:
-        self.logs = [UpdateLog(total_rows, dim) for _ in range(trainers)]
-        self._held: list[LogEntry] = []
+    def __init__(self, trainers: int, dim: int) -> None:
+        self.logs = [UpdateLog(dim) for _ in range(trainers)]
+        self._kept: list[list[LogEntry]] = []
+        self._kept_rows = 0  # rows the kept entries name
 
-    def hold(self, entries: list[LogEntry | None]) -> None:
-        """Keep one step's entries (in trainer order; all ``None`` while the logs are paused),
-        after recording those of the step before if they are still held."""
-        self.flush()
+    def append(self, entries: list[LogEntry | None]) -> None:
+        """Keep one step's entries (in trainer order; all ``None`` while the logs are paused)."""
         if all(entry is None for entry in entries):
             return
         if None in entries or len(entries) != len(self.logs):
             raise ValueError("a step's log entries come from every trainer or from none")
-        self._held = [entry for entry in entries if entry is not None]
+        step = [entry for entry in entries if entry is not None]
+        self._kept.append(step)
+        self._kept_rows += sum(e.ids.numel() + e.dropped.numel() for e in step)
 
-    def flush(self) -> float:
-        """Record the entries held; returns the CPU seconds it took."""
+    def compact(self, force: bool = False) -> float:
+        """Fold the kept entries into the logs when they name as many rows as a log holds (or
+        ``force``); returns the CPU seconds it took."""
+        held = max(log.ids.numel() for log in self.logs)
+        if not self._kept or (self._kept_rows < held and not force):
+            return 0.0
         started_s = time.thread_time()
-        held, self._held = self._held, []
-        for k, (log, entry) in enumerate(zip(self.logs, held, strict=False)):
-            log.record(entry, [peer.ids for j, peer in enumerate(held) if j != k])
+        kept, self._kept, self._kept_rows = self._kept, [], 0
+        for k, log in enumerate(self.logs):
+            log.record([(step[k], [peer.ids for j, peer in enumerate(step) if j != k])
+                        for step in kept])
         return time.thread_time() - started_s
 
     def overlay(self, trainer: int, table: torch.Tensor) -> int:
-        """Trainer ``trainer``'s logged rows written into ``table`` (every entry recorded)."""
-        self.flush()
+        """Trainer ``trainer``'s logged rows written into ``table`` (every entry folded in)."""
+        self.compact(force=True)
         return self.logs[trainer].overlay(table)

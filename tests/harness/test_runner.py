@@ -212,7 +212,7 @@ def test_the_driver_trains_with_the_configured_threads_and_gets_its_own_back(
                      RunConfig(num_steps=2, eval_every=0, progress=False))
         assert system.threads == [1, 1]
         assert torch.get_num_threads() == 2
-        with pytest.raises(ValueError, match="run.torch_threads"):
+        with pytest.raises(ValueError, match=r"run\.torch_threads"):
             RunConfig(num_steps=2, eval_every=0, torch_threads=0)
     finally:
         torch.set_num_threads(before)
