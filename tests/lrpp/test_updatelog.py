@@ -62,7 +62,7 @@ def test_folding_steps_at_once_equals_recording_them_one_by_one(fold: str) -> No
     steps of three trainers: disjoint singletons a step, random acknowledged evictions."""
     rows, dim, trainers = 40, 3, 3
     g = torch.Generator().manual_seed(7)
-    logs = UpdateLogs(trainers, dim)
+    logs = UpdateLogs(trainers, dim, fold_min_rows=20)
     held = torch.zeros(trainers, rows, dtype=torch.bool)
     folds = 0
     values = torch.zeros(trainers, rows, dim)
