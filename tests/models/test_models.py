@@ -84,11 +84,11 @@ def test_samples_are_independent(name: str) -> None:
 
 
 def test_deepfm_matches_manual_fm_and_first_order() -> None:
+    """No first-order term over the raw dense features: they enter through their field."""
     cfg = ModelConfig(name="deepfm", embedding_dim=2, bottom_mlp=(2,), top_mlp=(1,))
     assert table_dim(cfg) == 3
     model = build_dense_model(cfg, SMALL, seed=0)
     _set(model.bottom[0], [[1.0, 0.0], [0.0, 1.0]], [0.0, 0.0])  # dense field = relu(dense)
-    _set(model.linear, [[0.3, -0.7]], [0.2])
     _set(model.deep[0], [[0.0] * 6], [0.0])  # deep term off: checked separately below
     dense, pooled = _inputs(dim=3)
     logits = model(dense, pooled).detach()
@@ -96,8 +96,7 @@ def test_deepfm_matches_manual_fm_and_first_order() -> None:
         fields = [dense[i], pooled[i, 0, :2], pooled[i, 1, :2]]
         fm = sum(float(u @ v) for u, v in itertools.combinations(fields, 2))
         first = float(pooled[i, 0, 2] + pooled[i, 1, 2])
-        linear = 0.3 * float(dense[i, 0]) - 0.7 * float(dense[i, 1]) + 0.2
-        assert float(logits[i]) == pytest.approx(fm + first + linear, abs=1e-5)
+        assert float(logits[i]) == pytest.approx(fm + first, abs=1e-5)
     deep_w = [1.0, 0.0, 0.0, 2.0, 0.0, -1.0]  # over the flattened fields
     _set(model.deep[0], [deep_w], [0.5])
     with_deep = model(dense, pooled)
