@@ -5,7 +5,7 @@ Workload: the fault benchmark's (``bagpipe.bench.fault``), with the standbys of 
 logs a replacement is built from (Bagpipe's update log of the rows only a trainer holds,
 ``bagpipe.lrpp.updatelog``, and its write-back log; ``sync_ps``'s push logs,
 ``baselines.sync_ps.pushlog``) and the trainers' agreements (Bagpipe's on each round,
-``sync_ps``'s after the pull and after the acks).
+``sync_ps``'s once a step, after the acks).
 
 Between two runs this machine's speed drifts by more than the 3% goal, so one run switches that
 work off and on between steps (:class:`~bagpipe.core.recovery.PausableRecoveryLogs`) in windows of

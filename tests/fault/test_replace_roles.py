@@ -173,8 +173,9 @@ class _ArmShard:
 @pytest.mark.parametrize("call", ["pull", "push"])
 def test_sync_ps_rebuilds_a_shard_that_died_inside_a_step(call: str, tmp_path: Path) -> None:
     """The shard serves one trainer's pull (or push) of a step and dies before the other's: the
-    first trainer would go on into the dense all-reduce (or apply the step) alone. The trainers'
-    agreement (``SyncPSTrainer``) makes both leave the step, so the shard is rebuilt in place,
+    first trainer would wait in the dense all-reduce for the other (or apply the step alone). The
+    second goes on through the step's collectives on zero rows, and the trainers' agreement after
+    the acks (``SyncPSTrainer``) makes both leave the step, so the shard is rebuilt in place,
     quickly, with no step redone, and the run ends bit-identical."""
     from baselines.sync_ps import SyncPS
     from tests.fault.dying_shard import SyncPSWithDyingShards
