@@ -76,7 +76,7 @@ from bagpipe.core.roles.deployment import standby_roles
 from bagpipe.lrpp.oracle_role import OracleRole
 from bagpipe.lrpp.server import BagpipeServerShard
 from bagpipe.lrpp.trainer import BagpipeTrainer, Design
-from bagpipe.lrpp.updatelog import UpdateLogs
+from bagpipe.lrpp.updatelog import FOLD_MIN_ROWS, UpdateLogs
 from bagpipe.lrpp.writebacklog import replay_write_backs
 from bagpipe.models import table_dim
 from bagpipe.oracle.config import DEFAULT_CLEANUP_FRACTION, OracleConfig, cleanup_interval_for
@@ -91,6 +91,7 @@ class Bagpipe(System):
     name = "bagpipe"
     supports_resume = True
     trainer_class = BagpipeTrainer  # built in each trainer process (a test may subclass it)
+    log_fold_min_rows = FOLD_MIN_ROWS  # ``UpdateLogs``' (a short test lowers it to fold at all)
 
     def __init__(
         self,
@@ -186,7 +187,7 @@ class Bagpipe(System):
         source = TrainingStream(ctx.source, self._step_offset, end)
         dim = table_dim(ctx.model)
         if self.standby_trainers:
-            self._logs = UpdateLogs(self.num_trainers, dim)
+            self._logs = UpdateLogs(self.num_trainers, dim, self.log_fold_min_rows)
         self._base = resume.state if resume else None
 
         def build(role: str, old: list[RoleRef], index: int, cls: type, *args: Any,
