@@ -33,9 +33,8 @@ The cost is one copy of the step's singleton updates per step, in the reply (cou
 traffic by the wire), the held rows of every trainer in the driver, and each trainer's copy of a
 round's evicted replicas for about a round. The driver keeps the entries as they arrive and
 folds them into its logs a batch at a time, sorted by row, while the trainers run a step
-(:meth:`UpdateLogs.compact`). Logging
-every updated row instead, replicated ones included, sent 6.7 times the bytes (592 against 88 kB
-a step, ``bagpipe.bench.fault``).
+(:meth:`UpdateLogs.compact`). Logging every updated row instead, replicated ones included, sent
+6.7 times the bytes (592 against 88 kB a step, ``bagpipe.bench.fault``).
 """
 
 from __future__ import annotations
