@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
-from torchrec.datasets.utils import Batch
-from torchrec.modules.embedding_configs import EmbeddingBagConfig
-from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from bagpipe.core.torchrec_api import Batch, KeyedJaggedTensor
+
+if TYPE_CHECKING:
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 
 class _FxTracingNotice(logging.Filter):
@@ -89,6 +92,9 @@ class DatasetSchema:
         return torch.cumsum(sizes, dim=0)
 
     def embedding_configs(self, embedding_dim: int) -> list[EmbeddingBagConfig]:
+        """torchrec's table configs (for its ``EmbeddingBagCollection``; needs torchrec)."""
+        from torchrec.modules.embedding_configs import EmbeddingBagConfig
+
         return [
             EmbeddingBagConfig(
                 name=table, embedding_dim=embedding_dim, num_embeddings=rows, feature_names=[feature]

@@ -46,6 +46,7 @@ import torch.distributed as dist
 from torch.futures import Future
 
 from bagpipe.core import runtime
+from bagpipe.core.device import collective_backend, move
 from bagpipe.core.meter import LinkKind
 from bagpipe.core.roles import Rendezvous
 
@@ -66,8 +67,12 @@ __all__ = [
 _JOIN_TIMEOUT = timedelta(minutes=5)
 
 
-def join_group(spec: Rendezvous, rank: int) -> None:
-    """Join the gloo group described by ``spec`` as ``rank`` (blocks until all members joined)."""
+def join_group(spec: Rendezvous, rank: int, device: str = "cpu") -> None:
+    """Join the group described by ``spec`` as ``rank`` (blocks until all members joined).
+
+    gloo, unless the members compute on GPUs of their own (``device``), where device tensors go
+    over NCCL (``bagpipe.core.device.collective_backend``).
+    """
     if dist.is_initialized():
         raise RuntimeError(
             f"{runtime.current().role} already belongs to a process group; a role joins one group "
@@ -77,7 +82,7 @@ def join_group(spec: Rendezvous, rank: int) -> None:
         raise ValueError(f"rank {rank} outside group {spec.name!r} of size {spec.world_size}")
     store = dist.TCPStore(spec.host, spec.port, is_master=False, timeout=_JOIN_TIMEOUT)
     dist.init_process_group(
-        "gloo",
+        collective_backend(device, spec.world_size),
         store=dist.PrefixStore(spec.name, store),
         rank=rank,
         world_size=spec.world_size,
@@ -293,6 +298,7 @@ class FusedTail:
             (buffer, done), self._bucket = self._bucket, None
             extra = self._extra if self._extra is not None else buffer.new_empty(0)
             self._make = self._extra = None
+        extra = move(extra, buffer.device, runtime.current().meter)
         flat = torch.cat([buffer, extra.to(buffer.dtype)])
         work = dist.all_reduce(flat, op=dist.ReduceOp.SUM, async_op=True).get_future()
         hold = ring_charge(runtime.nbytes(flat), self.kind)

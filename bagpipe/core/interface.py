@@ -101,6 +101,8 @@ class TrainContext:
     ``source[i % len(source)]``); ``None``, for a system driven step by step outside the runner,
     means one pass over ``source``. A system that plans ahead over the data needs it to know where
     the stream ends.
+    ``device`` is where the trainers compute, already resolved (``bagpipe.core.device``): ``cpu``
+    or ``cuda``. Every system keeps its trainers' state there and its servers' on the host.
     """
 
     schema: DatasetSchema
@@ -113,6 +115,7 @@ class TrainContext:
     workdir: Path = field(default_factory=lambda: Path("."))
     resume: ResumePoint | None = None
     num_steps: int | None = None
+    device: str = "cpu"
 
     def trainer_spec(self) -> TrainerSpec:
         """What every trainer of this run is built from (the same for all of them)."""
@@ -123,6 +126,7 @@ class TrainContext:
             global_batch_size=self.global_batch_size,
             seed=self.seed,
             resume=self.resume,
+            device=self.device,
         )
 
 
@@ -140,6 +144,8 @@ class TrainerSpec:
         global_batch_size: what every slice loss is divided by (``bagpipe.training.step``).
         seed: model seed.
         resume: the checkpoint to start from (its step and model), for systems that resume.
+        device: where trainers compute (``cpu`` or ``cuda``; ``bagpipe.core.device.trainer_device``
+            picks each trainer's GPU).
     """
 
     schema: DatasetSchema
@@ -148,6 +154,7 @@ class TrainerSpec:
     global_batch_size: int
     seed: int
     resume: ResumePoint | None = None
+    device: str = "cpu"
 
     @property
     def resume_state(self) -> ModelState | None:

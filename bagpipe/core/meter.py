@@ -24,7 +24,8 @@ class LinkKind(StrEnum):
     EMB_META = "emb_meta"  # keys, versions and counts sent beside rows (HET's read/write metadata)
     ALLREDUCE = "allreduce"  # collective among trainers (dense grads, cached-row grads)
     ALLTOALL = "alltoall"  # model-parallel exchange (TorchRec)
-    H2D = "h2d"  # host <-> device copies (FAE hot/cold swaps, cold-batch activations)
+    H2D = "h2d"  # host -> device copies (a trainer's inputs and rows; FAE's hot/cold swaps)
+    D2H = "d2h"  # device -> host copies (a trainer's row gradients and state)
     DATA = "data"  # input batches and plans sent to trainers (the loader's traffic)
     CONTROL = "control"  # any other message between two roles (untagged calls)
 

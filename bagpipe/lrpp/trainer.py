@@ -58,6 +58,7 @@ import torch
 
 from bagpipe.core import collectives, runtime
 from bagpipe.core.collectives import FusedTail
+from bagpipe.core.device import host_copy, move, trainer_device
 from bagpipe.core.interface import TrainerSpec
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
 from bagpipe.core.roles import Rendezvous, RoleRef
@@ -184,8 +185,9 @@ class BagpipeTrainer:
         log_updates: bool = False,
         log_writebacks: bool = False,
     ) -> None:
-        collectives.join_group(group, index)
+        collectives.join_group(group, index, spec.device)
         self.index = index
+        self.device = trainer_device(spec.device, index, group.world_size)
         self.spec = spec
         self.ci = oracle.ci
         self.design = design
@@ -193,7 +195,9 @@ class BagpipeTrainer:
         self.servers = servers
         self.layout = ShardLayout(len(servers))
         self.offsets = spec.schema.table_offsets
-        self.model = start_dense_model(spec.model, spec.schema, spec.seed, spec.resume_state)
+        self.model = start_dense_model(
+            spec.model, spec.schema, spec.seed, spec.resume_state, self.device
+        )
         self.model.train()
         self.fuse = FusedTail()  # sync-now rows ride in the dense part's last DDP bucket
         self.ddp_model = replicate_dense(self.model, self.fuse)
@@ -245,11 +249,17 @@ class BagpipeTrainer:
             unique, inverse = unique_rows(ids + self.offsets)
             rows, hits, misses = self.cache.read_for_step(unique)
         meter.add_cache(hits, misses)
+
+        def sync_now_grads(row_grads: torch.Tensor) -> torch.Tensor:  # on the model's device
+            on = row_grads.device
+            return scatter_rows(move(plan.sync_now, on, meter), move(unique, on, meter), row_grads)
+
         grads = forward_backward(
             self.ddp_model, dense, rows, inverse, labels, spec.global_batch_size, meter,
-            fuse=self.fuse, extra=lambda row_grads: scatter_rows(plan.sync_now, unique, row_grads),
+            fuse=self.fuse, extra=sync_now_grads,
         )
-        now = self.fuse.take().view(-1, self.cache.dim)  # summed over the trainers
+        # summed over the trainers, back to the cache (host memory)
+        now = move(self.fuse.take(), rows.device, meter).view(-1, self.cache.dim)
         with meter.phase(Phase.SYNC):
             later_ids, later_sum = self._finish_pending_later()
         meter.count("allreduce_bytes_critical", float(runtime.nbytes(now) + self._dense_bytes))
@@ -283,7 +293,7 @@ class BagpipeTrainer:
         self.cache.apply_sgd(ids, summed, self.spec.optim.embedding_lr)
         with self._round_busy:
             cached_ids, rows = self.cache.resident()
-        dense = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        dense = {k: host_copy(v) for k, v in self.model.state_dict().items()}
         return cached_ids, rows, dense
 
     def salvage(self) -> tuple[int, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
@@ -307,7 +317,7 @@ class BagpipeTrainer:
             gone = ~torch.isin(kept_ids, cached_ids)  # refetched since: the cache's is newer
             cached_ids = torch.cat([kept_ids[gone], cached_ids])
             rows = torch.cat([torch.cat([r for _, r in kept])[gone], rows])
-        dense = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        dense = {k: host_copy(v) for k, v in self.model.state_dict().items()}
         return self._applied_step, cached_ids, rows, dense
 
     def pause_recovery_logs(self, paused: bool) -> None:

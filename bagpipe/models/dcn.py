@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import torch
-from torchrec.modules.crossnet import LowRankCrossNet
 
 from bagpipe.core.batch import DatasetSchema
 from bagpipe.core.interface import ModelConfig
+from bagpipe.core.torchrec_api import LowRankCrossNet
 from bagpipe.models.base import RecModel
 from bagpipe.models.layers import mlp, require
 

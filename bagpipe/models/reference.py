@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torchrec.modules.embedding_configs import PoolingType
-from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
 from bagpipe.core.batch import Batch, DatasetSchema
 from bagpipe.core.interface import ModelConfig, ModelState
@@ -30,6 +28,11 @@ class ReferenceModel(nn.Module):
     def __init__(
         self, cfg: ModelConfig, schema: DatasetSchema, seed: int, *, init_tables: bool = True
     ) -> None:
+        # torchrec is imported here, not at the top: the bare GPU check trains every system but
+        # torchrec's without a reference model, on a machine without torchrec.
+        from torchrec.modules.embedding_configs import PoolingType
+        from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
         super().__init__()
         self.cfg = cfg
         self.schema = schema

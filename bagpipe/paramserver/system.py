@@ -61,6 +61,7 @@ from torch.futures import Future
 from bagpipe.core import collectives
 from bagpipe.core.batch import Batch, split_batch
 from bagpipe.core.collectives import FusedTail
+from bagpipe.core.device import host_copy, trainer_device
 from bagpipe.core.interface import (
     ModelState,
     ResumePoint,
@@ -114,22 +115,25 @@ class ParameterServerTrainer:
     def __init__(
         self, rank: int, group: Rendezvous, servers: list[RoleRef], spec: TrainerSpec
     ) -> None:
-        collectives.join_group(group, rank)
+        collectives.join_group(group, rank, spec.device)
         self.rank = rank
+        self.device = trainer_device(spec.device, rank, group.world_size)
         self.servers = servers
         self.server_roles = [ref.role for ref in servers]
         self.schema = spec.schema
         self.optim = spec.optim
         self.global_batch_size = spec.global_batch_size
-        self.model = start_dense_model(spec.model, spec.schema, spec.seed, spec.resume_state)
+        self.model = start_dense_model(
+            spec.model, spec.schema, spec.seed, spec.resume_state, self.device
+        )
         self.model.train()
         #: Row gradients a subclass sums with the dense part in one collective (FAE's hot rows).
         self.fuse = FusedTail() if self.fuses_rows else None
         self.ddp_model = replicate_dense(self.model, self.fuse)
 
     def dense_state(self) -> dict[str, torch.Tensor]:
-        """A copy of the dense replica's weights (equal on every trainer after each step)."""
-        return {key: value.detach().clone() for key, value in self.model.state_dict().items()}
+        """A host copy of the dense replica's weights (equal on every trainer after each step)."""
+        return {key: host_copy(value) for key, value in self.model.state_dict().items()}
 
 
 class ParameterServerSystem(System):

@@ -1,6 +1,8 @@
 """``local``: every table in this process, synchronous SGD; the ground truth for every system.
 
-No embedding traffic at all, so its iteration time is the ideal lower bound the other systems are
+Every table and the dense model live on the run's device (``ctx.device``), as a single GPU
+trainer would hold them. No embedding traffic at all, so its iteration time is the ideal lower
+bound the other systems are
 measured against (TARGETS.md: Bagpipe / local <= 1.2), and its weights after k steps are what every
 synchronous system must reproduce.
 """
@@ -13,6 +15,7 @@ import torch
 
 from bagpipe.core import runtime
 from bagpipe.core.batch import Batch, global_ids
+from bagpipe.core.device import host_copy, move, trainer_device
 from bagpipe.core.interface import ModelState, StepResult, System, TrainContext
 from bagpipe.core.meter import Phase
 from bagpipe.models import RecModel, table_dim
@@ -35,9 +38,10 @@ class LocalSystem(System):
         """Build the tables and the dense model; this process plays the only role (the driver)."""
         runtime.init(runtime.DRIVER, ctx.network)
         resume = ctx.trainer_spec().resume_state
+        device = trainer_device(ctx.device, 0, 1)
         tables = start_tables(ctx.schema, table_dim(ctx.model), ctx.seed, resume)
-        self._rows = torch.cat([tables[name] for name in ctx.schema.table_names])
-        self._model = start_dense_model(ctx.model, ctx.schema, ctx.seed, resume)
+        self._rows = torch.cat([tables[name] for name in ctx.schema.table_names]).to(device)
+        self._model = start_dense_model(ctx.model, ctx.schema, ctx.seed, resume, device)
         self._model.train()
         self._ctx = ctx
 
@@ -51,7 +55,8 @@ class LocalSystem(System):
             )
         meter = runtime.current().meter
         with meter.phase(Phase.FORWARD):
-            ids, inverse = unique_rows(global_ids(batch, ctx.schema))
+            ids = move(global_ids(batch, ctx.schema), self._rows.device, meter)
+            ids, inverse = unique_rows(ids)
             rows = self._rows[ids]
         grads = forward_backward(
             model, batch.dense_features, rows, inverse, batch.labels, batch_size, meter
@@ -66,9 +71,9 @@ class LocalSystem(System):
         ctx, model = self._require_setup()
         parts = torch.split(self._rows, list(ctx.schema.table_sizes))
         tables = {
-            name: part.clone() for name, part in zip(ctx.schema.table_names, parts, strict=True)
+            name: host_copy(part) for name, part in zip(ctx.schema.table_names, parts, strict=True)
         }
-        dense = {key: value.detach().clone() for key, value in model.state_dict().items()}
+        dense = {key: host_copy(value) for key, value in model.state_dict().items()}
         return ModelState(tables=tables, dense=dense)
 
     def stats(self) -> dict[str, Any]:

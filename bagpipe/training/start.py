@@ -48,13 +48,19 @@ def start_tables(
 
 
 def start_dense_model(
-    cfg: ModelConfig, schema: DatasetSchema, seed: int, resume: ModelState | None
+    cfg: ModelConfig,
+    schema: DatasetSchema,
+    seed: int,
+    resume: ModelState | None,
+    device: torch.device | None = None,
 ) -> RecModel:
-    """The dense part, seeded, then loaded with the checkpoint's weights when resuming."""
+    """The dense part, seeded, then loaded with the checkpoint's weights when resuming, on
+    ``device`` (the host by default). It is drawn on the host whatever the device, so one seed
+    gives the same weights on a CPU and on a GPU."""
     model = build_dense_model(cfg, schema, seed)
     if resume is not None:
         model.load_state_dict(resume.dense)
-    return model
+    return model.to(device) if device is not None else model
 
 
 class TrainingStream:

@@ -28,6 +28,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from bagpipe.core.collectives import FusedTail, ddp_hook
+from bagpipe.core.device import move
 from bagpipe.core.meter import Meter, Phase
 
 
@@ -88,9 +89,17 @@ def forward_backward(
 
     The dense gradients start from none: a step that failed after its backward (a shard died
     before acknowledging its push) is trained again from its start, not on top of what it left.
+
+    Inputs and rows that live elsewhere than the model (host rows, a GPU model) are moved to the
+    model's device, and the row gradients come back to where the rows live, every byte charged
+    (``bagpipe.core.device.move``): the one place every system's copies happen. ``extra`` sees
+    the gradients on the model's device.
     """
     model.zero_grad(set_to_none=True)
-    leaf = rows.detach().requires_grad_(True)
+    device = next(model.parameters()).device
+    with meter.phase(Phase.FORWARD):
+        leaf = move(rows, device, meter).detach().requires_grad_(True)
+        dense, inverse, labels = (move(t, device, meter) for t in (dense, inverse, labels))
     if fuse is not None and extra is not None:
         fuse.expect(leaf, extra)
     with meter.phase(Phase.FORWARD):
@@ -98,8 +107,9 @@ def forward_backward(
         loss = slice_loss(logits, labels, global_batch_size)
     with meter.phase(Phase.BACKWARD):
         loss.backward()
-    assert leaf.grad is not None
-    return SliceGradients(loss=float(loss.detach()), row_grads=leaf.grad)
+        assert leaf.grad is not None
+        row_grads = move(leaf.grad, rows.device, meter)
+    return SliceGradients(loss=float(loss.detach()), row_grads=row_grads)
 
 
 def replicate_dense(model: nn.Module, fuse: FusedTail | None = None) -> DistributedDataParallel:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from bagpipe.core import runtime
+from bagpipe.core.device import host_copy, move
 from bagpipe.core.interface import TrainerSpec
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
 from bagpipe.core.roles import Rendezvous, RoleRef
@@ -47,8 +48,8 @@ class FaeTrainer(ParameterServerTrainer):
         self.dim = dim
         self.total_rows = schema.total_rows
         self.hot_ids = torch.empty(0, dtype=torch.int64)
-        self.slot_of = torch.full((schema.total_rows,), -1, dtype=torch.int64)
-        self.replica = torch.empty(0, dim)
+        self.slot_of = torch.full((schema.total_rows,), -1, dtype=torch.int64, device=self.device)
+        self.replica = torch.empty(0, dim, device=self.device)
         self.mode = COLD
         self.tables = ShardedTables(servers)
 
@@ -56,8 +57,8 @@ class FaeTrainer(ParameterServerTrainer):
         """Adopt the hot set (sorted global ids); allocate the replica. Returns its bytes."""
         self.hot_ids = hot_ids
         self.slot_of.fill_(-1)
-        self.slot_of[hot_ids] = torch.arange(len(hot_ids))
-        self.replica = torch.zeros(len(hot_ids), self.dim)
+        self.slot_of[hot_ids.to(self.device)] = torch.arange(len(hot_ids), device=self.device)
+        self.replica = torch.zeros(len(hot_ids), self.dim, device=self.device)
         return self.replica.numel() * self.replica.element_size()
 
     # -- swaps -----------------------------------------------------------------------------
@@ -68,10 +69,13 @@ class FaeTrainer(ParameterServerTrainer):
             return
         meter = runtime.current().meter
         with meter.phase("swap"):
+            # The swaps' rows are charged as h2d by the pulls and pushes themselves: FAE's hot
+            # replica lives where the trainer computes, and the shards stand for host memory.
             if to == HOT:
-                self.replica = self.tables.pull(self.hot_ids, LinkKind.H2D)
+                self.replica = self.tables.pull(self.hot_ids, LinkKind.H2D).to(self.device)
             elif self.rank == 0:
-                wait_acks(self.tables.push_rows(self.hot_ids, self.replica, LinkKind.H2D))
+                rows = self.replica.cpu()
+                wait_acks(self.tables.push_rows(self.hot_ids, rows, LinkKind.H2D))
         meter.count("fae_swap_rows", len(self.hot_ids))
         self.mode = to
 
@@ -84,7 +88,7 @@ class FaeTrainer(ParameterServerTrainer):
         meter = runtime.current().meter
         keys, inverse = unique_rows(ids)
         if self.mode == HOT:
-            slots = self.slot_of[keys]
+            slots = self.slot_of[move(keys, self.device, meter)]
             if bool((slots < 0).any()):
                 raise RuntimeError("fae: a hot step looked up a row outside the hot set")
             grads = forward_backward(
@@ -121,4 +125,4 @@ class FaeTrainer(ParameterServerTrainer):
 
     def replica_rows(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(hot ids, replica)`` while hot (the servers' copies of them are then stale)."""
-        return (self.hot_ids, self.replica.clone()) if self.mode == HOT else None
+        return (self.hot_ids, host_copy(self.replica)) if self.mode == HOT else None

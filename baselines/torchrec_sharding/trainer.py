@@ -45,6 +45,7 @@ from torchrec.sparse.jagged_tensor import KeyedTensor
 
 from bagpipe.core import collectives, runtime
 from bagpipe.core.batch import Batch
+from bagpipe.core.device import own_gpus, trainer_device
 from bagpipe.core.interface import TrainerSpec
 from bagpipe.core.meter import Phase, StepRecord
 from bagpipe.core.roles import Rendezvous
@@ -148,7 +149,7 @@ class TorchRecTrainer:
         collectives.join_group(group, rank)
         collectives.wire_torch_collectives()  # TorchRec's all-to-alls go through the wire
         comm_ops.set_gradient_division(True)
-        self.device = _device_for(rank, self.world)
+        self.device = _device_for(spec.device, rank, self.world)
         # TorchRec's collectives: NCCL among GPUs, else the trainers' gloo group itself.
         group_or_none = (
             dist.new_group(backend="nccl") if self.device.type == "cuda" else dist.group.WORLD
@@ -315,11 +316,17 @@ class TorchRecTrainer:
             dist.destroy_process_group()
 
 
-def _device_for(rank: int, world: int) -> torch.device:
-    """``cuda:rank`` when every trainer gets a GPU of its own (NCCL needs that), else the CPU."""
-    if torch.cuda.is_available() and torch.cuda.device_count() >= world:
-        return torch.device("cuda", rank)
-    return torch.device("cpu")
+def _device_for(device: str, rank: int, world: int) -> torch.device:
+    """``cuda:rank`` for ``device='cuda'``, which needs a GPU per trainer: TorchRec's all-to-alls
+    run on NCCL, which refuses two ranks on one GPU, and gloo has no all-to-all of device tensors."""
+    if device == "cpu":
+        return torch.device("cpu")
+    if not own_gpus(world):
+        raise ValueError(
+            f"torchrec: device=cuda needs a GPU per trainer (NCCL all-to-alls); {world} trainers, "
+            f"{torch.cuda.device_count()} GPUs"
+        )
+    return trainer_device(device, rank, world)
 
 
 def _local_pieces(tensor: Any) -> list[tuple[tuple[int, int], torch.Tensor]]:

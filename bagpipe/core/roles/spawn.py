@@ -342,7 +342,8 @@ class LocalRoles:
 
 
 #: Modules every role process needs; the fork server imports them once, then forks each role.
-_PRELOADED_MODULES = ["torch", "torchrec", "bagpipe.core.roles", "bagpipe.models"]
+#: ``torchrec_api`` brings torchrec where it is installed.
+_PRELOADED_MODULES = ["torch", "bagpipe.core.torchrec_api", "bagpipe.core.roles", "bagpipe.models"]
 
 
 def role_context() -> Any:

@@ -220,6 +220,9 @@ class HarnessConfig:
     tracking: TrackingSchema = field(default_factory=TrackingSchema)
     mllog: MllogSchema = field(default_factory=MllogSchema)
     seed: int = 0
+    #: Where trainers compute: ``cpu``, ``cuda`` or ``auto`` (``cuda`` where torch sees a GPU).
+    #: Embedding-server shards stay in host memory whatever it says (``bagpipe.core.device``).
+    device: str = "auto"
     #: Trainer count that system configs interpolate (``num_trainers: ${trainers}``).
     trainers: int = 2
     #: Every caching system's budget: this share of the dataset's rows per trainer.

@@ -244,10 +244,13 @@ def _prepare(cfg: DictConfig, paths: RunPaths, tags: dict[str, str], record: Run
     import torch
     from hydra.utils import get_class
 
+    from bagpipe.core.device import resolve_device
     from bagpipe.core.interface import System, TrainContext
     from bagpipe.data import make_dataset
 
     run = cfg.run
+    device = resolve_device(str(cfg.device))
+    record.params["device_used"] = device  # what ``auto`` resolved to here
     torch.set_num_threads(int(run.torch_threads))
     parts = build_parts(cfg)
     dataset = make_dataset(parts.dataset, progress=bool(run.progress))
@@ -264,6 +267,7 @@ def _prepare(cfg: DictConfig, paths: RunPaths, tags: dict[str, str], record: Run
         source=dataset.train(int(run.batch_size), int(run.steps)),
         network=network,
         workdir=paths.run_dir,
+        device=device,
     )
     return _Job(ctx, dataset.eval(int(run.batch_size), int(run.eval_batches)), parts.run, store)
 
