@@ -113,6 +113,16 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none", default=False)
+def gpu_check(session: nox.Session) -> None:
+    """The GPU check (``bagpipe.bench.gpu``): the device tests and fig7's DLRM comparison with
+    the trainers on the GPU, into ``results/gpu/``; ``-- --device cpu --quick`` on a host. On a
+    bare machine without nox: ``python -m bagpipe.bench --only gpu``."""
+    ensure_env(session)
+    run_in_env(session, env_bin("python"), "-m", "bagpipe.bench", "--only", "gpu",
+               *session.posargs)
+
+
+@nox.session(venv_backend="none", default=False)
 def mutants(session: nox.Session) -> None:
     """Mutation testing of the core (about an hour on 2 cores, niced): writes
     ``results/bench/mutants.csv`` and ``reports/mutants.md``; ``-- --quick`` mutates one module."""

@@ -28,7 +28,7 @@ import math
 import random
 import statistics
 
-from bagpipe.bench.systems import BATCH, NETWORKS, SYSTEMS, WARMUP, _measure
+from bagpipe.bench.systems import BATCH, NETWORKS, SYSTEMS, WARMUP, measure
 from bagpipe.core.interface import OptimConfig, TrainContext
 from bagpipe.data import DatasetConfig, make_dataset
 from bagpipe.models import paper_config
@@ -51,7 +51,7 @@ def run(quick: bool) -> list[dict]:
                                global_batch_size=BATCH, seed=0,
                                source=dataset.train(BATCH, WARMUP + steps),
                                network=NETWORKS["off"])
-            measured[spec.label] = _measure(spec, ctx, steps)
+            measured[spec.label] = measure(spec, ctx, steps)
         per_block.append(measured)
     rows: list[dict] = []
     config = {"benchmark": "fairness", "model": "dlrm", "network": "off", "batch": BATCH,

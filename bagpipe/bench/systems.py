@@ -13,6 +13,7 @@ Rows (long format, one metric each):
 * ``compute_s``: trainer 0's forward + backward per step; ``other_s``: the step time no phase
   of trainer 0 covers;
 * ``emb_bytes_per_iter``: embedding traffic (pull + push + all-to-all) per step, all trainers;
+* ``h2d_bytes_per_iter`` / ``d2h_bytes_per_iter``: host <-> device copies per step, all trainers;
 * ``slowdown_vs_local``: p50 iteration time over ``local``'s on the same network.
 
 FAE trains on its re-packed source (``prepare_dataset``), as the runner would have it.
@@ -69,7 +70,9 @@ SYSTEMS: list[SystemSpec] = [
 ]
 
 
-def _measure(spec: SystemSpec, ctx: TrainContext, steps: int) -> dict[str, float]:
+def measure(spec: SystemSpec, ctx: TrainContext, steps: int) -> dict[str, float]:
+    """``spec``'s system set up on ``ctx``, ``WARMUP`` steps, then ``steps`` timed: the metrics of
+    the module docstring (the GPU check measures with it too, ``bagpipe.bench.gpu``)."""
     system = load_system(spec.name)(**spec.knobs)
     system.setup(ctx)
     try:
@@ -108,6 +111,9 @@ def _measure(spec: SystemSpec, ctx: TrainContext, steps: int) -> dict[str, float
         "emb_bytes_per_iter": statistics.fmean(
             sum(r.bytes_sent.get(str(kind), 0) for kind in EMB_KINDS) for r in records
         ),
+        # host <-> device copies, all trainers (0 where trainers compute on the host)
+        "h2d_bytes_per_iter": statistics.fmean(r.bytes_sent.get(LinkKind.H2D, 0) for r in records),
+        "d2h_bytes_per_iter": statistics.fmean(r.bytes_sent.get(LinkKind.D2H, 0) for r in records),
         # CPU per iteration: a trainer's (mean), and that of every other role together (servers,
         # the oracle: work the target runs on hosts of its own, which dilation does not slow)
         "trainer_cpu_s": statistics.fmean(trainers) / steps if trainers else 0.0,
@@ -134,7 +140,7 @@ def run(quick: bool) -> list[dict]:
                 network=network,
             )
 
-        measured = {spec.label: _measure(spec, context(), steps) for spec in SYSTEMS}
+        measured = {spec.label: measure(spec, context(), steps) for spec in SYSTEMS}
         local_p50_s = measured["local"]["iter_time_p50_s"]
         for label, metrics in measured.items():
             metrics["slowdown_vs_local"] = metrics["iter_time_p50_s"] / local_p50_s

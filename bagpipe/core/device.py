@@ -20,6 +20,8 @@ import torch
 from bagpipe.core.meter import LinkKind, Meter
 
 DEVICE_OPTIONS = ("auto", "cpu", "cuda")
+#: Host memory, where servers keep their shards and RPC carries tensors.
+HOST = torch.device("cpu")
 
 
 def resolve_device(option: str, key: str = "device") -> str:
@@ -54,9 +56,12 @@ def collective_backend(device: str, world: int) -> str:
     return "gloo"
 
 
-def move(tensor: torch.Tensor, device: torch.device, meter: Meter) -> torch.Tensor:
+def move(
+    tensor: torch.Tensor, device: torch.device, meter: Meter, non_blocking: bool = False
+) -> torch.Tensor:
     """``tensor`` on ``device``; its bytes are charged as ``h2d`` or ``d2h`` when it crossed
-    between host and device. One rule for every copy, so every system pays copies alike."""
+    between host and device. One rule for every copy, so every system pays copies alike.
+    ``non_blocking``: queue the copy on the current stream and return (from pinned memory)."""
     if tensor.device == device:
         return tensor
     nbytes = tensor.numel() * tensor.element_size()
@@ -64,10 +69,10 @@ def move(tensor: torch.Tensor, device: torch.device, meter: Meter) -> torch.Tens
         meter.add_traffic(LinkKind.H2D, nbytes)
     elif device.type == "cpu":
         meter.add_traffic(LinkKind.D2H, nbytes)
-    return tensor.to(device)
+    return tensor.to(device, non_blocking=non_blocking)
 
 
 def host_copy(tensor: torch.Tensor) -> torch.Tensor:
     """A detached copy in host memory: what a trainer hands the driver (state, checkpoints),
     since RPC carries host tensors."""
-    return tensor.detach().to("cpu", copy=True)
+    return tensor.detach().to(HOST, copy=True)

@@ -233,6 +233,11 @@ class System(ABC):
         """System-specific totals beyond the Meter (plan, hot-set share, staleness...)."""
         return {}
 
+    def state_devices(self) -> dict[str, str]:
+        """Where each part of trainer 0's state lives, e.g. ``{"dense": "cuda:0", "cache":
+        "cuda:0"}`` (after ``setup``): what the runner records and the device tests assert."""
+        return {}
+
     def recoveries(self) -> list[Recovery]:
         """Role failures this system got past in place (``bagpipe.core.recovery``, path
         ``replace``); none by default: a failure ends the job, which restarts from a checkpoint."""

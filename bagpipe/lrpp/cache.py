@@ -23,6 +23,12 @@ final value (the fix of the original's write-back partition bug, reference §6 i
 All methods take a lock: the round-plan thread installs and evicts rows while the training thread
 gathers and updates others. Operations are short vectorised tensor ops, so the lock is never held
 across network time.
+
+**Where it lives.** The rows are a :class:`~bagpipe.core.rowstore.RowStore` on the trainer's
+device; the slot bookkeeping above stays on the host, where the round thread plans. The rows a
+step reads (:meth:`read_for_step`) stay on the device; rows leave it only to be written back,
+logged or snapshotted (:meth:`evict`, :meth:`gather`, :meth:`fresh`, :meth:`resident` return
+host rows). A background install (the prefetch) goes on the store's side stream.
 """
 
 from __future__ import annotations
@@ -31,6 +37,10 @@ import threading
 from dataclasses import dataclass
 
 import torch
+
+from bagpipe.core.device import HOST
+from bagpipe.core.meter import Meter
+from bagpipe.core.rowstore import RowStore
 
 
 class CacheError(RuntimeError):
@@ -58,20 +68,23 @@ class TrainerCache:
             says (:meth:`journal_dropped`): once its write-back of them is acknowledged, so that
             its log keeps a row until a server has it. Rows marked stale are not journaled: the
             log learns them from the peer that updates them.
+        device: where the rows live (the trainer's device).
+        meter: where host<->device copies are charged (the trainer's Meter).
     """
 
     _INITIAL_UNBOUNDED_SLOTS = 1024
 
     def __init__(
         self, capacity: int | None, dim: int, dtype: torch.dtype = torch.float32,
-        journal: bool = False,
+        journal: bool = False, device: torch.device = HOST,
+        meter: Meter | None = None,
     ) -> None:
         if capacity is not None and capacity <= 0:
             raise ValueError(f"cache capacity must be a positive number of rows, got {capacity}")
         self.capacity_limit = capacity
         self.dim = dim
         slots = capacity if capacity is not None else self._INITIAL_UNBOUNDED_SLOTS
-        self.weights = torch.zeros(slots, dim, dtype=dtype)
+        self.store = RowStore(slots, dim, dtype, device, meter)
         self.occupied = torch.zeros(slots, dtype=torch.bool)
         self.stale = torch.zeros(slots, dtype=torch.bool)
         self.slot_id = torch.zeros(slots, dtype=torch.int64)
@@ -85,7 +98,7 @@ class TrainerCache:
     # ----------------------------------------------------------------------------- queries
     @property
     def num_slots(self) -> int:
-        return self.weights.shape[0]
+        return self.store.num_slots
 
     def __len__(self) -> int:
         return int(self.resident_ids.numel())
@@ -99,38 +112,36 @@ class TrainerCache:
         return self.lookup(ids).found
 
     def gather(self, ids: torch.Tensor) -> torch.Tensor:
-        """Copies of the rows of ``ids`` ``[N, D]``; every id must be resident and fresh.
-
-        Returns a new tensor (not a view), so the caller may build autograd on it while the cache
-        is updated concurrently.
-        """
+        """Host copies of the rows of ``ids`` ``[N, D]``; every id must be resident and fresh."""
         with self._lock:
-            slots = self._require(ids, "gather")
-            return self.weights.index_select(0, slots)
+            return self.store.read_to_host(self._require(ids, "gather"))
 
     def read_for_step(self, ids: torch.Tensor) -> tuple[torch.Tensor, int, int]:
         """Rows of unique ``ids`` for a training step, plus ``(hits, misses)``.
 
         A miss is the first read of a row since a fetch installed it (the row needed a fetch for
-        this use); every later read of it is a hit (served by the cache alone).
+        this use); every later read of it is a hit (served by the cache alone). The rows are a new
+        tensor on the cache's device, so the caller may build autograd on them while the cache is
+        updated concurrently.
         """
         with self._lock:
             slots = self._require(ids, "read")
             misses = int(self._fetched_unread[slots].sum())
             self._fetched_unread[slots] = False
-            return self.weights.index_select(0, slots), ids.numel() - misses, misses
+            return self.store.read(slots), ids.numel() - misses, misses
 
     def resident(self, include_stale: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(ids, rows)`` of the cached rows, sorted by id; stale copies left out by default."""
+        """``(ids, host rows)`` of the cached rows, sorted by id; stale copies left out by default."""
         with self._lock:
             keep = torch.ones_like(self.resident_ids, dtype=torch.bool)
             if not include_stale:
                 keep = ~self.stale[self.resident_slots]
-            return self.resident_ids[keep].clone(), self.weights[self.resident_slots[keep]].clone()
+            return self.resident_ids[keep].clone(), self.store.read_to_host(self.resident_slots[keep])
 
     # ----------------------------------------------------------------------------- updates
-    def install(self, ids: torch.Tensor, rows: torch.Tensor) -> None:
-        """Put fetched rows ``rows [N, D]`` for unique, non-resident ``ids`` into free slots."""
+    def install(self, ids: torch.Tensor, rows: torch.Tensor, background: bool = False) -> None:
+        """Put fetched rows ``rows [N, D]`` for unique, non-resident ``ids`` into free slots
+        (``background``: a prefetch, copied on the store's side stream)."""
         if ids.numel() == 0:
             return
         if rows.shape != (ids.numel(), self.dim):
@@ -145,7 +156,7 @@ class TrainerCache:
                 self._grow(ids.numel() - free.numel())
                 free = torch.nonzero(~self.occupied).flatten()
             slots = free[: ids.numel()]
-            self.weights[slots] = rows.to(self.weights.dtype)
+            self.store.write(slots, rows, background)
             self.occupied[slots] = True
             self.stale[slots] = False
             self._fetched_unread[slots] = True
@@ -155,8 +166,8 @@ class TrainerCache:
     def evict(
         self, ids: torch.Tensor, writeback: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Drop whichever of ``ids`` are resident; return the final rows of ``writeback`` and the
-        ids dropped.
+        """Drop whichever of ``ids`` are resident; return the final rows of ``writeback`` (host)
+        and the ids dropped.
 
         ``writeback`` (a subset of ``ids``: the rows this trainer writes back) must be resident and
         fresh here; the other ids may be absent (others' singletons are never fetched here) or
@@ -165,9 +176,9 @@ class TrainerCache:
         """
         with self._lock:
             rows = (
-                self.weights.index_select(0, self._require(writeback, "write back"))
+                self.store.read_to_host(self._require(writeback, "write back"))
                 if writeback is not None
-                else self.weights.new_zeros(0, self.dim)
+                else torch.zeros(0, self.dim, dtype=self.store.rows.dtype)
             )
             found = self._lookup(ids)
             slots = found.slots[found.found]
@@ -179,13 +190,13 @@ class TrainerCache:
             return rows, dropped
 
     def fresh(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(ids, rows)`` of those of ``ids`` resident and fresh here (copies); the rest are
+        """``(ids, host rows)`` of those of ``ids`` resident and fresh here (copies); the rest are
         left out."""
         with self._lock:
             found = self._lookup(ids)
             keep = found.found.clone()
             keep[found.found] = ~self.stale[found.slots[found.found]]
-            return ids[keep].clone(), self.weights.index_select(0, found.slots[keep])
+            return ids[keep].clone(), self.store.read_to_host(found.slots[keep])
 
     def apply_sgd(self, ids: torch.Tensor, grads: torch.Tensor, lr: float) -> None:
         """``row -= lr * grad`` for unique resident ``ids`` (the summed gradient of all trainers)."""
@@ -193,7 +204,7 @@ class TrainerCache:
             return
         with self._lock:
             slots = self._require(ids, "update")
-            self.weights.index_add_(0, slots, grads.to(self.weights.dtype), alpha=-lr)
+            self.store.add_(slots, grads, alpha=-lr)
 
     def mark_stale(self, ids: torch.Tensor) -> int:
         """Flag resident copies of ``ids`` that another trainer updates alone (its singletons)."""
@@ -253,7 +264,7 @@ class TrainerCache:
             )
         new_slots = max(2 * self.num_slots, self.num_slots + extra_slots)
         grow = new_slots - self.num_slots
-        self.weights = torch.cat([self.weights, self.weights.new_zeros(grow, self.dim)])
+        self.store.grow(grow)
         self.occupied = torch.cat([self.occupied, self.occupied.new_zeros(grow)])
         self.stale = torch.cat([self.stale, self.stale.new_zeros(grow)])
         self._fetched_unread = torch.cat([self._fetched_unread, self._fetched_unread.new_zeros(grow)])

@@ -429,6 +429,14 @@ class Bagpipe(System):
                              for t, mark in zip(self._trainers, marks, strict=True)])
         return state
 
+    def state_devices(self) -> dict[str, str]:
+        if self._deployment is None or not self._trainers:
+            raise RuntimeError("bagpipe: state_devices() before setup(ctx)")
+        devices: dict[str, str] = self._deployment.wait(
+            self._trainers[0].rpc_async().state_devices()
+        )
+        return devices
+
     def stats(self) -> dict[str, Any]:
         totals = self._totals
         out: dict[str, Any] = {f"total_{k}": v for k, v in totals.flat().items()}

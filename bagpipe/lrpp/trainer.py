@@ -203,7 +203,10 @@ class BagpipeTrainer:
         self.ddp_model = replicate_dense(self.model, self.fuse)
         self._dense_bytes = sum(runtime.nbytes(p) for p in self.model.parameters())
         self.log_updates = log_updates
-        self.cache = TrainerCache(oracle.capacity, table_dim(spec.model), journal=log_updates)
+        self.cache = TrainerCache(
+            oracle.capacity, table_dim(spec.model), journal=log_updates, device=self.device,
+            meter=runtime.current().meter,
+        )
         self.writebacks = WritebackLog() if log_writebacks else None
         self.recovery_paused = False  # the logs and agreements off (``pause_recovery_logs``)
         self._applied_step = -1  # the last step whose update this trainer applied
@@ -247,25 +250,22 @@ class BagpipeTrainer:
         plan = reclassify(planned, design)
         with meter.phase(Phase.FORWARD):
             unique, inverse = unique_rows(ids + self.offsets)
-            rows, hits, misses = self.cache.read_for_step(unique)
+            rows, hits, misses = self.cache.read_for_step(unique)  # on this trainer's device
+            unique_here = move(unique, self.device, meter)
         meter.add_cache(hits, misses)
-
-        def sync_now_grads(row_grads: torch.Tensor) -> torch.Tensor:  # on the model's device
-            on = row_grads.device
-            return scatter_rows(move(plan.sync_now, on, meter), move(unique, on, meter), row_grads)
-
         grads = forward_backward(
             self.ddp_model, dense, rows, inverse, labels, spec.global_batch_size, meter,
-            fuse=self.fuse, extra=sync_now_grads,
+            fuse=self.fuse, extra=lambda row_grads: scatter_rows(
+                move(plan.sync_now, self.device, meter), unique_here, row_grads
+            ),
         )
-        # summed over the trainers, back to the cache (host memory)
-        now = move(self.fuse.take(), rows.device, meter).view(-1, self.cache.dim)
+        now = self.fuse.take().view(-1, self.cache.dim)  # summed over the trainers
         with meter.phase(Phase.SYNC):
             later_ids, later_sum = self._finish_pending_later()
         meter.count("allreduce_bytes_critical", float(runtime.nbytes(now) + self._dense_bytes))
         with meter.phase(Phase.OPTIMIZER):
             mine = plan.singleton[plan.singleton_owner == self.index]
-            own = grads.row_grads[torch.searchsorted(unique, mine)]
+            own = grads.row_grads[move(torch.searchsorted(unique, mine), self.device, meter)]
             updated = torch.cat([plan.sync_now, mine, later_ids])
             self.cache.apply_sgd(
                 updated, torch.cat([now, own, later_sum]), spec.optim.embedding_lr
@@ -275,7 +275,8 @@ class BagpipeTrainer:
             self._applied_step = step
             entry = self._log_entry(mine)
         if design.sync_later:  # the same on every trainer, so the collectives stay in step
-            later = scatter_rows(plan.sync_later, unique, grads.row_grads)
+            later_here = move(plan.sync_later, self.device, meter)
+            later = scatter_rows(later_here, unique_here, grads.row_grads)
             self._pending_later = (plan.sync_later, collectives.allreduce_async(later))
             meter.count("allreduce_bytes_later", float(runtime.nbytes(later)))
         if self.index == 0:  # global-batch counts: once, so the sum over trainers is the count
@@ -350,7 +351,8 @@ class BagpipeTrainer:
 
     def _finish_pending_later(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self._pending_later is None:
-            return torch.empty(0, dtype=torch.int64), torch.empty(0, self.cache.dim)
+            no_rows = torch.empty(0, self.cache.dim, device=self.device)
+            return torch.empty(0, dtype=torch.int64), no_rows
         ids, handle = self._pending_later
         self._pending_later = None
         return ids, handle.wait()[0]
@@ -433,7 +435,7 @@ class BagpipeTrainer:
             self._deferred[plan.round_index] = fetch
             return
         started_s = time.perf_counter()
-        self._fetch_into_cache(plan.round_index, fetch)
+        self._fetch_into_cache(plan.round_index, fetch, background=True)
         meter.count("rows_prefetched", float(fetch.numel()))
         meter.count("prefetch_s", time.perf_counter() - started_s)
 
@@ -456,8 +458,11 @@ class BagpipeTrainer:
         self._fetch_into_cache(round_index, pending[used])
         runtime.current().meter.count("rows_fetched_on_demand", float(int(used.sum())))
 
-    def _fetch_into_cache(self, round_index: int, ids: torch.Tensor) -> None:
-        """Fetch ``ids`` from their shards (after round ``round_index``'s barrier) and install them."""
+    def _fetch_into_cache(
+        self, round_index: int, ids: torch.Tensor, background: bool = False
+    ) -> None:
+        """Fetch ``ids`` from their shards (after round ``round_index``'s barrier) and install them
+        (``background``: the round thread's prefetch, copied to the device off the step's stream)."""
         parts = self.layout.split(ids)
         fetched = torch.empty(ids.numel(), self.cache.dim)
         shard_rows = self._shard_pool.map(
@@ -465,7 +470,7 @@ class BagpipeTrainer:
         )
         for pos, got in zip(parts, shard_rows, strict=True):
             fetched[pos] = got
-        self.cache.install(ids, fetched)
+        self.cache.install(ids, fetched, background)
 
     def _write_back(self, shard: int, round_index: int, ids: torch.Tensor, rows: torch.Tensor) -> None:
         if self.writebacks is not None and not self.recovery_paused:  # before sending: the rows
@@ -477,6 +482,11 @@ class BagpipeTrainer:
         if ids.numel() == 0:
             return torch.empty(0, self.cache.dim)
         return self.servers[shard].rpc_sync(kind=LinkKind.EMB_PULL).fetch(round_index, ids)
+
+    def state_devices(self) -> dict[str, str]:
+        """Where the dense replica and the cache's rows live."""
+        dense = next(self.model.parameters())
+        return {"dense": str(dense.device), "cache": str(self.cache.store.device)}
 
     def stats(self) -> dict[str, Any]:
         return {"cache_rows": len(self.cache), "cache_slots": self.cache.num_slots}

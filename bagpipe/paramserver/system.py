@@ -135,6 +135,15 @@ class ParameterServerTrainer:
         """A host copy of the dense replica's weights (equal on every trainer after each step)."""
         return {key: host_copy(value) for key, value in self.model.state_dict().items()}
 
+    def state_devices(self) -> dict[str, str]:
+        """Where the dense replica and the embedding state (:meth:`embedding_state`) live."""
+        parts = {"dense": next(self.model.parameters()), **self.embedding_state()}
+        return {name: str(tensor.device) for name, tensor in parts.items()}
+
+    def embedding_state(self) -> dict[str, torch.Tensor]:
+        """The embedding rows this trainer holds, by name (a cache, a replica); none here."""
+        return {}
+
 
 class ParameterServerSystem(System):
     """A :class:`System` whose roles are ``S`` embedding-server shards and ``T`` trainers.
@@ -386,6 +395,12 @@ class ParameterServerSystem(System):
 
     def recoveries(self) -> list[Recovery]:
         return list(self._recoveries)
+
+    def state_devices(self) -> dict[str, str]:
+        if not self._trainers:
+            raise RuntimeError(f"{self.name}: state_devices() before setup(ctx)")
+        devices: dict[str, str] = self._wait(self._trainers[0].rpc_async().state_devices())
+        return devices
 
     def _wait(self, futures: Future | list[Future]) -> Any:
         """The value(s) of calls on the roles, within ``step_timeout_s`` (``Deployment.wait``)."""

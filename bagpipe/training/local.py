@@ -76,6 +76,10 @@ class LocalSystem(System):
         dense = {key: host_copy(value) for key, value in model.state_dict().items()}
         return ModelState(tables=tables, dense=dense)
 
+    def state_devices(self) -> dict[str, str]:
+        _, model = self._require_setup()
+        return {"dense": str(next(model.parameters()).device), "tables": str(self._rows.device)}
+
     def stats(self) -> dict[str, Any]:
         return {"table_bytes": self._rows.numel() * self._rows.element_size()}
 

@@ -123,6 +123,9 @@ class FaeTrainer(ParameterServerTrainer):
                 )
         return grads.loss, meter.end_step()
 
+    def embedding_state(self) -> dict[str, torch.Tensor]:
+        return {"hot_replica": self.replica}
+
     def replica_rows(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(hot ids, replica)`` while hot (the servers' copies of them are then stale)."""
         return (self.hot_ids, host_copy(self.replica)) if self.mode == HOT else None

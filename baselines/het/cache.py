@@ -23,6 +23,10 @@ the current step). The server answers the pull before it sees the push (the trai
 that order on one channel), so the reply lacks the worker's own pushed deltas; ``update`` records
 them on every open request and ``install`` adds them back. A worker therefore never loses or
 double-counts its own updates.
+
+The lines' ``value`` and ``pending`` rows live on the worker's device
+(:class:`~bagpipe.core.rowstore.RowStore`), the clocks and the key -> line map on the host,
+where the policies run; the rows the servers send and receive cross once, charged.
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ from typing import ClassVar
 
 import torch
 
-from bagpipe.core.meter import LinkKind
+from bagpipe.core.device import HOST, move
+from bagpipe.core.meter import LinkKind, Meter
+from bagpipe.core.rowstore import RowStore
 from baselines.het.policies import TablePolicies, make_policy
 
 __all__ = ["HetCache", "PullReply", "PullRequest", "PushBatch", "table_capacities"]
@@ -135,6 +141,8 @@ class HetCache:
         dim: embedding width.
         bound: the staleness bound ``s``: a line is pushed once it holds more than ``s`` updates.
         policy: ``lru``, ``lfu`` or ``lfuopt``, one instance per table.
+        device: where the lines' rows live (the worker's device).
+        meter: where host<->device copies are charged (the worker's Meter).
 
     Cache lines are the policies' lines (``policies.state``: table t owns a block of ``capacities[t]``
     of them). No operation loops over keys in Python: like HET's C++ cache, this one must cost little
@@ -148,6 +156,8 @@ class HetCache:
         dim: int,
         bound: int,
         policy: str = "lfuopt",
+        device: torch.device = HOST,
+        meter: Meter | None = None,
     ) -> None:
         if len(capacities) != len(table_sizes):
             raise ValueError(f"{len(capacities)} capacities for {len(table_sizes)} tables")
@@ -158,8 +168,9 @@ class HetCache:
         self.offsets = torch.tensor([0, *list(table_sizes)], dtype=torch.int64).cumsum(0)
         self.policies = TablePolicies([make_policy(policy, c) for c in capacities])
         lines = sum(capacities)
-        self.values = torch.zeros(lines, dim)
-        self.pending = torch.zeros(lines, dim)
+        self.values = RowStore(lines, dim, device=device, meter=meter)
+        self.pending = RowStore(lines, dim, device=device, meter=meter)
+        self.device = device
         self.version = torch.full((lines,), -1, dtype=torch.int64)
         self.updates = torch.zeros(lines, dtype=torch.int64)
         self.slot_of = torch.full((int(self.offsets[-1]),), -1, dtype=torch.int64)
@@ -179,7 +190,7 @@ class HetCache:
 
     @property
     def capacity(self) -> int:
-        return len(self.values)
+        return self.values.num_slots
 
     def resident_keys(self) -> torch.Tensor:
         return torch.nonzero(self.slot_of >= 0).flatten()
@@ -233,17 +244,18 @@ class HetCache:
         returned_slots = slots[reply.positions]
         cached = returned_slots >= 0
         refreshed = returned_slots[cached]
-        self.values[refreshed] = fresh_rows[cached] + self.pending[refreshed]
+        self.values.write(refreshed, fresh_rows[cached])
+        self.values.add_(refreshed, self.pending.read(refreshed))
         self.version[refreshed] = fresh_versions[cached]
 
-        out = torch.empty(len(request.keys), self.dim)
+        out = torch.empty(len(request.keys), self.dim, device=self.device)
         hit = slots >= 0
-        out[hit] = self.values[slots[hit]]
+        out[self._here(hit)] = self.values.read(slots[hit])
         missed = ~cached
         miss_positions, miss_rows = reply.positions[missed], fresh_rows[missed]
         if len(miss_positions) != int((~hit).sum()):
             raise RuntimeError("het server did not return every row this worker does not cache")
-        out[miss_positions] = miss_rows
+        out[self._here(miss_positions)] = self._here(miss_rows)
         self._insert(request.keys[miss_positions], miss_rows, fresh_versions[missed])
         return out
 
@@ -257,9 +269,9 @@ class HetCache:
         self._evict(placement.victims, placement.victim_lines)
         slots = placement.lines
         self.slot_of[keys[placement.resident]] = slots
-        self.values[slots] = rows[placement.resident]
+        self.values.write(slots, rows[placement.resident])
         self.version[slots] = versions[placement.resident]
-        self.pending[slots] = 0.0
+        self.pending.zero_(slots)
         self.updates[slots] = 0
 
     def _evict(self, keys: torch.Tensor, slots: torch.Tensor) -> None:
@@ -269,7 +281,7 @@ class HetCache:
         dirty_slots = slots[dirty]
         if len(dirty_slots):
             self._evicted.append(
-                (keys[dirty], self.pending[dirty_slots], self.updates[dirty_slots])
+                (keys[dirty], self.pending.read_to_host(dirty_slots), self.updates[dirty_slots])
             )
         self.stats["evictions_dirty"] += len(dirty_slots)
         self.stats["evictions_clean"] += len(slots) - len(dirty_slots)
@@ -282,26 +294,27 @@ class HetCache:
         Due: cached lines with more than ``bound`` unpushed updates (trigger ``bound``), dirty
         lines evicted since the last push (``eviction``), and keys this worker does not cache
         (``uncached``, HET's data-less lines). Pushed lines advance their version by their update
-        count, as the server's does.
+        count, as the server's does. ``deltas`` may be on the device; the push is on the host.
         """
         slots = self.slot_of[keys]
         cached = slots >= 0
-        touched, touched_deltas = slots[cached], deltas[cached]
-        self.values.index_add_(0, touched, touched_deltas)
-        self.pending.index_add_(0, touched, touched_deltas)
+        touched, touched_deltas = slots[cached], deltas[self._here(cached)]
+        self.values.add_(touched, touched_deltas)
+        self.pending.add_(touched, touched_deltas)
         updates = self.updates[touched] + 1
         self.updates[touched] = updates
         is_due = updates > self.bound
         due, due_updates = touched[is_due], updates[is_due]
-        parts = [("bound", keys[cached][is_due], self.pending[due], due_updates)]
+        parts = [("bound", keys[cached][is_due], self.pending.read_to_host(due), due_updates)]
         self.version.index_add_(0, due, due_updates)
         self.updates[due] = 0
-        self.pending[due] = 0.0
+        self.pending.zero_(due)
         parts.append(("eviction", *self._evicted_tensors()))
         self._evicted = []
         uncached = ~cached
         ones = torch.ones(int(uncached.sum()), dtype=torch.int64)
-        parts.append(("uncached", keys[uncached], deltas[uncached], ones))
+        uncached_deltas = move(deltas[self._here(uncached)], HOST, self.values.meter)
+        parts.append(("uncached", keys[uncached], uncached_deltas, ones))
         push = PushBatch.concat(parts, self.dim)
         for request in self._open_requests:
             request.absorb(push)
@@ -328,5 +341,9 @@ class HetCache:
         evicted_keys, evicted_deltas, _ = self._evicted_tensors()
         return (
             torch.cat([self.key_of_slot()[dirty], evicted_keys]),
-            torch.cat([self.pending[dirty], evicted_deltas]),
+            torch.cat([self.pending.read_to_host(dirty), evicted_deltas]),
         )
+
+    def _here(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` (an index or rows from the host) on the lines' device, charged."""
+        return move(tensor, self.device, self.values.meter)

@@ -124,7 +124,10 @@ class HetTrainer(ParameterServerTrainer):
         capacities = table_capacities(
             schema.table_sizes, settings.cache_fraction, settings.cache_rows_per_table
         )
-        self.cache = HetCache(schema.table_sizes, capacities, dim, settings.bound, settings.policy)
+        self.cache = HetCache(
+            schema.table_sizes, capacities, dim, settings.bound, settings.policy,
+            device=self.device, meter=runtime.current().meter,
+        )
         self.dim = dim
         self.layout = ShardLayout(len(servers))
         self._channel = ThreadPoolExecutor(max_workers=1, thread_name_prefix="het-channel")
@@ -230,6 +233,9 @@ class HetTrainer(ParameterServerTrainer):
     def unpushed(self) -> tuple[torch.Tensor, torch.Tensor]:
         self.drain()
         return self.cache.unpushed()
+
+    def embedding_state(self) -> dict[str, torch.Tensor]:
+        return {"cache": self.cache.values.rows}
 
     def cache_stats(self) -> dict[str, int]:
         return dict(self.cache.stats)

@@ -161,6 +161,14 @@ class TorchRecSharding(System):
         self._sent_until = max(self._sent_until, last + 1, step + 1)
         return out
 
+    def state_devices(self) -> dict[str, str]:
+        if self._deployment is None or not self._trainers:
+            raise RuntimeError("torchrec: state_devices() before setup(ctx)")
+        devices: dict[str, str] = self._deployment.wait(
+            self._trainers[0].rpc_async().state_devices()
+        )
+        return devices
+
     def full_state(self) -> ModelState:
         ctx, deployment = self._require_setup()
         pieces_per_rank = deployment.wait([t.rpc_async().table_pieces() for t in self._trainers])

@@ -295,6 +295,10 @@ class TorchRecTrainer:
             out[name] = pieces
         return out
 
+    def state_devices(self) -> dict[str, str]:
+        """TorchRec keeps the dense replica and this rank's table shards on one device."""
+        return {"dense": str(next(self.dense.parameters()).device), "tables": str(self.device)}
+
     def dense_state(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().cpu().clone() for k, v in self.dense.state_dict().items()}
 

@@ -199,9 +199,9 @@ class ReferenceHetCache(HetCache):
             placed[key] = (slot, index)
         if placed:
             slots, indices = (torch.tensor(v) for v in zip(*placed.values(), strict=True))
-            self.values[slots] = rows[indices]
+            self.values.write(slots, rows[indices])
             self.version[slots] = versions[indices]
-            self.pending[slots] = 0.0
+            self.pending.zero_(slots)
             self.updates[slots] = 0
 
     def _evict_one(self, victim: int, placed: dict[int, tuple[int, int]]) -> None:
@@ -212,7 +212,7 @@ class ReferenceHetCache(HetCache):
             self._evicted.append(
                 (
                     torch.tensor([victim]),
-                    self.pending[slot : slot + 1].clone(),
+                    self.pending.read_to_host(torch.tensor([slot])),
                     self.updates[slot : slot + 1].clone(),
                 )
             )

@@ -190,7 +190,7 @@ def test_push_after_more_than_bound_updates_and_versions_advance() -> None:
     assert store.versions[0] == 3 and store.weights[0].tolist() == [-3.0, -3.0]
     slot = int(cache.slot_of[0])
     assert cache.version[slot] == 3 and cache.updates[slot] == 0
-    assert cache.values[slot].tolist() == [-3.0, -3.0]
+    assert cache.values.rows[slot].tolist() == [-3.0, -3.0]
 
 
 def test_a_pushed_line_starts_again_from_no_pending_delta() -> None:
@@ -387,7 +387,8 @@ def _same_cache(got: HetCache, want: ReferenceHetCache) -> None:
     assert got.stats == want.stats
     assert torch.equal(got.resident_keys(), want.resident_keys())
     resident = got.resident_keys()
-    assert torch.equal(got.values[got.slot_of[resident]], want.values[want.slot_of[resident]])
+    got_rows = got.values.rows[got.slot_of[resident]]
+    assert torch.equal(got_rows, want.values.rows[want.slot_of[resident]])
     assert torch.equal(got.version[got.slot_of[resident]], want.version[want.slot_of[resident]])
     for policy, reference in zip(got.policies, want.reference, strict=True):
         assert policy.permanent == reference.permanent

@@ -213,7 +213,7 @@ def test_a_fresh_cache_and_the_capacity_it_accepts() -> None:
     cache = TrainerCache(capacity=1, dim=3, dtype=torch.float64)
     ids, rows = cache.resident(include_stale=True)
     assert ids.dtype == torch.int64 and ids.shape == (0,) and rows.shape == (0, 3)
-    assert cache.weights.dtype == torch.float64
+    assert cache.store.rows.dtype == torch.float64
     for bad in (0, -1):
         with pytest.raises(ValueError, match=rf"^cache capacity must be a positive number of rows, got {bad}$"):
             TrainerCache(capacity=bad, dim=3)

@@ -213,7 +213,7 @@ def run_training(
         loop = _TrainingLoop(system, source, evaluator, cfg, callbacks, result,
                              checkpoints, stop_requested)
         loop.run(first_step)
-        result.stats = dict(system.stats())
+        result.stats = {**system.stats(), "state_devices": system.state_devices()}
         result.summary = loop.summary(init_time_s, first_step)
         notify(callbacks, "on_run_end", result)
         return result
