@@ -46,7 +46,7 @@ import torch.distributed as dist
 from torch.futures import Future
 
 from bagpipe.core import runtime
-from bagpipe.core.device import collective_backend, move
+from bagpipe.core.device import collective_backend, move, trainer_device
 from bagpipe.core.meter import LinkKind
 from bagpipe.core.roles import Rendezvous
 
@@ -71,7 +71,8 @@ def join_group(spec: Rendezvous, rank: int, device: str = "cpu") -> None:
     """Join the group described by ``spec`` as ``rank`` (blocks until all members joined).
 
     gloo, unless the members compute on GPUs of their own (``device``), where device tensors go
-    over NCCL (``bagpipe.core.device.collective_backend``).
+    over NCCL (``bagpipe.core.device.collective_backend``). A member on a GPU makes it its
+    current device first, so that NCCL and every allocation without a device land there.
     """
     if dist.is_initialized():
         raise RuntimeError(
@@ -80,6 +81,8 @@ def join_group(spec: Rendezvous, rank: int, device: str = "cpu") -> None:
         )
     if not 0 <= rank < spec.world_size:
         raise ValueError(f"rank {rank} outside group {spec.name!r} of size {spec.world_size}")
+    if device != "cpu":
+        torch.cuda.set_device(trainer_device(device, rank, spec.world_size))
     store = dist.TCPStore(spec.host, spec.port, is_master=False, timeout=_JOIN_TIMEOUT)
     dist.init_process_group(
         collective_backend(device, spec.world_size),

@@ -48,7 +48,7 @@ def test_auto_is_measured_once_per_sweep_and_model_and_shared(
 ) -> None:
     measured: list[str] = []
 
-    def fake_measure(model, schema, batch, trainers, threads):  # type: ignore[no-untyped-def]
+    def fake_measure(model, schema, batch, trainers, threads, device):  # type: ignore[no-untyped-def]
         measured.append(model.name)
         return 0.040, 1_000_000
 

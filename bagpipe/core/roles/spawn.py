@@ -354,6 +354,10 @@ def role_context() -> Any:
     forks every later role from the warm image. It forks before any thread, RPC agent or process
     group exists, so the usual hazards of forking a torch process do not apply.
     """
+    # A process that asked CUDA for its device count cannot hand CUDA to a child it forks; the
+    # NVML-based check answers without touching CUDA, so whatever the preloaded modules ask,
+    # every role forked from the server may still use its GPU.
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(_PRELOADED_MODULES)
     return ctx

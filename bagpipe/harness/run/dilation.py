@@ -75,22 +75,23 @@ def parse_dilation(value: object, key: str = "network.dilation") -> float | None
 
 def calibrated(
     model: ModelConfig, schema: DatasetSchema, topology: Topology, global_batch: int,
-    torch_threads: int, cache_dir: Path,
+    torch_threads: int, cache_dir: Path, device: str = "cpu",
 ) -> Dilation:
     """``auto`` for this job: read from ``cache_dir`` if a job of the sweep measured it, else
-    measure it now (under a lock, so concurrent jobs of one sweep measure once)."""
+    measure it now (under a lock, so concurrent jobs of one sweep measure once), on the
+    ``device`` the run's trainers compute on."""
     trainers = topology.trainers
     per_trainer = global_batch // trainers
     cache_dir.mkdir(parents=True, exist_ok=True)
     # the dense part's size depends on the data's shape too (dense width, number of features)
     shape = f"d{schema.num_dense}-f{len(schema.table_sizes)}"
-    path = cache_dir / f"{model.name}-{shape}-t{trainers}-b{global_batch}.json"
+    path = cache_dir / f"{model.name}-{shape}-t{trainers}-b{global_batch}-{device}.json"
     with open(cache_dir / ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if path.exists():
             return Dilation(**json.loads(path.read_text()))
         here_s, dense_params = measure_compute_s(model, schema, per_trainer, trainers,
-                                                 torch_threads)
+                                                 torch_threads, device)
         target_s = topology.compute.step_time_s(dense_params, per_trainer)
         if target_s is None:
             raise ValueError(
@@ -106,30 +107,34 @@ def calibrated(
 
 def measure_compute_s(
     model: ModelConfig, schema: DatasetSchema, batch_per_trainer: int, trainers: int,
-    torch_threads: int,
+    torch_threads: int, device: str = "cpu",
 ) -> tuple[float, int]:
     """Median forward+backward time of one trainer's slice with ``trainers`` processes timing
-    at once (as the run's trainers share these cores), and the dense model's parameter count."""
+    at once (as the run's trainers share these cores, or one GPU), and the dense model's
+    parameter count."""
     context = multiprocessing.get_context("spawn")
     with context.Pool(trainers) as pool:
         results = pool.starmap(
-            _time_slices, [(model, schema, batch_per_trainer, torch_threads, k)
+            _time_slices, [(model, schema, batch_per_trainer, torch_threads, k, device)
                            for k in range(trainers)]
         )
     return statistics.median(t for t, _ in results), results[0][1]
 
 
 def _time_slices(model_cfg: ModelConfig, schema: DatasetSchema, batch: int, torch_threads: int,
-                 seed: int) -> tuple[float, int]:
-    """In a worker: the median time of a slice's forward and backward on random inputs."""
+                 seed: int, device: str) -> tuple[float, int]:
+    """In a worker: the median time of a slice's forward and backward on random inputs (host
+    inputs, as a trainer gets them: on a GPU their copies count, and the timer waits for it)."""
     import torch
 
+    from bagpipe.core.device import trainer_device
     from bagpipe.core.meter import Meter
     from bagpipe.models import build_dense_model, table_dim
     from bagpipe.training.step import forward_backward
 
     torch.set_num_threads(torch_threads)
-    model = build_dense_model(model_cfg, schema, seed)
+    on = trainer_device(device, 0, 1)
+    model = build_dense_model(model_cfg, schema, seed).to(on)
     generator = torch.Generator().manual_seed(seed)
     dense = torch.rand(batch, schema.num_dense, generator=generator)
     rows = torch.randn(batch * schema.num_tables, table_dim(model_cfg), generator=generator)
@@ -141,6 +146,8 @@ def _time_slices(model_cfg: ModelConfig, schema: DatasetSchema, batch: int, torc
         start = time.perf_counter()
         forward_backward(model, dense, rows, inverse, labels, batch, meter)
         model.zero_grad(set_to_none=True)
+        if on.type == "cuda":
+            torch.cuda.synchronize(on)
         if step >= _WARMUP_STEPS:
             times.append(time.perf_counter() - start)
     return statistics.median(times), sum(p.numel() for p in model.parameters())

@@ -254,7 +254,7 @@ def _prepare(cfg: DictConfig, paths: RunPaths, tags: dict[str, str], record: Run
     torch.set_num_threads(int(run.torch_threads))
     parts = build_parts(cfg)
     dataset = make_dataset(parts.dataset, progress=bool(run.progress))
-    network = _dilated(cfg, parts.network, parts.model, dataset.schema, paths, record)
+    network = _dilated(cfg, parts.network, parts.model, dataset.schema, device, paths, record)
     system_class = get_class(str(cfg.system._target_))
     resumable = issubclass(system_class, System) and system_class.supports_resume
     store = _checkpoint_store(cfg, paths, tags, resumable)
@@ -273,7 +273,7 @@ def _prepare(cfg: DictConfig, paths: RunPaths, tags: dict[str, str], record: Run
 
 
 def _dilated(cfg: DictConfig, network: NetworkConfig, model: ModelConfig, schema: DatasetSchema,
-             paths: RunPaths, record: RunRecord) -> NetworkConfig:
+             device: str, paths: RunPaths, record: RunRecord) -> NetworkConfig:
     """The run's network with ``dilation: auto`` resolved (once per sweep and model, in the sweep
     directory) and ``dilation_scale`` applied; the factor, its scale and compute times in the
     record's params and ``dilation`` tag, and the back-end that ran (``network.backend_used``)."""
@@ -282,7 +282,7 @@ def _dilated(cfg: DictConfig, network: NetworkConfig, model: ModelConfig, schema
     if parse_dilation(cfg.network.dilation) is None:
         dilation = calibrated(model, schema, network.topology, int(cfg.run.batch_size),
                               int(cfg.run.torch_threads),
-                              (paths.sweep_dir or paths.run_dir) / "dilation")
+                              (paths.sweep_dir or paths.run_dir) / "dilation", device)
     else:
         dilation = Dilation(network.dilation)
     dilation = dilation.scaled(float(cfg.network.dilation_scale))
