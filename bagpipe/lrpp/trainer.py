@@ -37,6 +37,12 @@ the oracle's plans; the oracle plans the same stream whatever the knobs say:
   The oracle still writes a former singleton back from its last user, which holds the final value
   like every replica does.
 
+**Devices.** The dense replica and the cache's rows live on the trainer's device (``spec.device``,
+``bagpipe.core.device``); plans, ids and the cache's bookkeeping stay on the host, where the round
+thread works. A step's id lists cross to the device once, charged as ``h2d``; rows leave it only
+to be written back, logged or snapshotted. A round's prefetched rows are copied on the cache's
+side stream, which the step's reads wait for by event (``bagpipe.core.rowstore``).
+
 **Collectives and threads (gloo).** All collectives are issued by the training thread, in the same
 order on every trainer, on the one trainer group: ``sync_now`` blocking, ``sync_later`` as an async
 op whose handle is waited at the next step. gloo runs outstanding async ops of one group in issue
