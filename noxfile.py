@@ -135,6 +135,7 @@ def mutants(session: nox.Session) -> None:
 #: needs first (none: pure data).
 REPORT_SUITES = {
     "fig7": ("fig7", "fig7_dilation"),
+    "fig7_paper": ("fig7_paper",),
     "datasets": ("datasets",),
     "skew": (),
     "breakdown": ("breakdown",),

@@ -3,7 +3,8 @@
 Suites (bagpipe.md §5.3), each writing ``results/<suite>/`` and ``reports/<suite>.{png,md}``:
 
 * ``fig7`` (E1): iteration time and speedup by system and model, from the latest ``multirun/fig7``
-  sweep, an MLflow store (``--from-mlflow URI``) or a tidy CSV (``--csv``);
+  sweep, an MLflow store (``--from-mlflow URI``) or a tidy CSV (``--csv``); ``fig7_paper``: the
+  same at the paper's scale (DLRM, batch 16384, 8 trainers), by the same rules;
 * ``datasets`` (E2): iteration time and speedup by system on the three datasets, each dataset's
   runs from its newest ``multirun/datasets`` sweep;
 * ``skew`` (E4, pure data): share of lookups against share of rows (``--file kind:path[:preset]``
@@ -67,12 +68,13 @@ def _fig7(args: argparse.Namespace) -> list[Path]:
     if args.csv is not None:
         runs = table_from_csv(args.csv)
     elif args.from_mlflow:
-        runs = table_from_mlflow(args.from_mlflow, args.experiment, fig7.SUITE)
+        runs = table_from_mlflow(args.from_mlflow, args.experiment, args.suite)
     else:
         runs = table_from_sweep(_sweep(args), args.reference)
-    rescaled = _rescaled(args) if runs.sweep is not None else None
+    # the d/2 and 2d check belongs to fig7's own regime, not to the paper-scale set
+    rescaled = _rescaled(args) if runs.sweep is not None and args.suite == fig7.SUITE else None
     fig7.report(runs, args.reference, _outputs(args), allow_unclean=args.allow_unclean,
-                rescaled=rescaled)
+                rescaled=rescaled, suite=args.suite)
     return [table.sweep for table in (runs, rescaled) if table is not None and table.sweep]
 
 
@@ -161,11 +163,13 @@ def parser() -> argparse.ArgumentParser:
         command.set_defaults(draw=draw)
         return command
 
-    headline = suite("fig7", _fig7, "E1: iteration time and speedup by system and model",
-                     parents=(swept, compared))
-    headline.add_argument("--csv", type=Path, help="re-render from a tidy CSV written earlier")
-    headline.add_argument("--from-mlflow", metavar="TRACKING_URI", help="read runs from MLflow")
-    headline.add_argument("--experiment", default="bagpipe-harness")
+    for name, summary in ((fig7.SUITE, "E1: iteration time and speedup by system and model"),
+                          (fig7.PAPER_SUITE, "E1 at the paper's scale (DLRM, batch 16384)")):
+        headline = suite(name, _fig7, summary, parents=(swept, compared))
+        headline.add_argument("--csv", type=Path, help="re-render from a tidy CSV written earlier")
+        headline.add_argument("--from-mlflow", metavar="TRACKING_URI",
+                              help="read runs from MLflow")
+        headline.add_argument("--experiment", default="bagpipe-harness")
     suite("datasets", _datasets, "E2: iteration time and speedup by system and dataset (each "
           "dataset's newest sweep)", parents=(swept, compared))
     data = suite("skew", _skew, "E4: share of lookups against share of rows", parents=[written])

@@ -54,6 +54,9 @@ from bagpipe.harness.track.sweeps import (
 )
 
 SUITE = "fig7"
+#: The same comparison at the paper's scale (``suite=fig7_paper``: DLRM, batch 16384, dim 48,
+#: the paper's MLPs, 8 trainers), reported by the same rules as its own result set.
+PAPER_SUITE = "fig7_paper"
 #: What the paper claims for the headline comparison (bagpipe.md, "Figure numbering").
 PAPER_CLAIM = "up to 5.6x faster training than state-of-the-art baselines (SOSP'23 abstract)"
 _BASELINES = ("sync_ps", "fae", "het", "torchrec")
@@ -63,32 +66,33 @@ RESCALED_CSV = "runs_dilation.csv"
 
 
 def report(runs: RunsTable, reference: str, out: Outputs, allow_unclean: bool = False,
-           rescaled: RunsTable | None = None) -> None:
+           rescaled: RunsTable | None = None, suite: str = SUITE) -> None:
     """Write the runs table, the runs' mllog files, the figure and the page; refuse a result set
     that mixes commits, has uncommitted changes or fails a check unless ``allow_unclean`` (a
     marked draft). ``rescaled``: the ``fig7_dilation`` sweep (DLRM at d/2 and 2d), reported
-    beside the fig7 runs at d and held to the same rules."""
+    beside the fig7 runs at d and held to the same rules. ``suite``: which result set this is
+    (``fig7``, or :data:`PAPER_SUITE`): the names of what is written."""
     both = runs.frame if rescaled is None else pd.concat([runs.frame, rescaled.frame])
     checks = window_checks(both)
-    draft = _draft_reasons(both, checks, allow_unclean)
-    results = out.results_dir / SUITE
+    draft = _draft_reasons(both, checks, allow_unclean, suite)
+    results = out.results_dir / suite
     results.mkdir(parents=True, exist_ok=True)
     if runs.sweep is not None and (runs.sweep / "results").is_dir():
         shutil.copytree(runs.sweep / "results", results / "mllog", dirs_exist_ok=True)
-    runs_csv = out.table(SUITE, RUNS_CSV)
+    runs_csv = out.table(suite, RUNS_CSV)
     if runs.csv is None or runs.csv.resolve() != runs_csv.resolve():
         save_csv(runs.frame, runs_csv)
     table = summary_table(runs.frame, reference)
-    figure = draw(runs.frame, reference, out.figure(SUITE))
-    page = markdown(runs.frame, table, reference, figure, runs.source, checks)
+    figure = draw(runs.frame, reference, out.figure(suite))
+    page = markdown(runs.frame, table, reference, figure, runs.source, checks, suite)
     if rescaled is not None:
         save_csv(rescaled.frame, results / RESCALED_CSV)
         page += "\n".join(rescaled_lines(runs.frame, rescaled.frame, reference, rescaled.source))
     if draft:
         page = f"> **Draft:** {' '.join(draft)}\n\n{page}"
-    out.page(SUITE).write_text(page)
+    out.page(suite).write_text(page)
     print(table.to_string(index=False))
-    print(f"wrote {runs_csv}, {figure}, {out.page(SUITE)}")
+    print(f"wrote {runs_csv}, {figure}, {out.page(suite)}")
 
 
 def rescaled_lines(fig7_frame: pd.DataFrame, rescaled: pd.DataFrame, reference: str,
@@ -120,12 +124,13 @@ def rescaled_lines(fig7_frame: pd.DataFrame, rescaled: pd.DataFrame, reference: 
     return [*lines, ""]
 
 
-def _draft_reasons(frame: pd.DataFrame, checks: list[Check], allow_unclean: bool) -> list[str]:
+def _draft_reasons(frame: pd.DataFrame, checks: list[Check], allow_unclean: bool,
+                   suite: str) -> list[str]:
     """Why the result set is only a draft (empty: it is not). Each gate raises its
     :class:`UncleanResultsError` unless ``allow_unclean``, which turns it into a reason."""
     reasons = []
-    gates = (lambda: require_one_clean_commit(frame, SUITE),
-             lambda: require_passed(checks, SUITE))
+    gates = (lambda: require_one_clean_commit(frame, suite),
+             lambda: require_passed(checks, suite))
     for gate in gates:
         try:
             gate()
@@ -202,15 +207,15 @@ def draw(frame: pd.DataFrame, reference: str, path: Path) -> Path:
 
 
 def markdown(frame: pd.DataFrame, table: pd.DataFrame, reference: str, figure: Path,
-             source: str, checks: list[Check] | None = None) -> str:
+             source: str, checks: list[Check] | None = None, suite: str = SUITE) -> str:
     """The report: headline, table, the paper's claim beside ours, the regime, the checks,
     setting differences, provenance."""
     key, projected_key = speedup_key(reference), projected_speedup_key(reference)
     shas = sorted(set(frame.get("git_sha", pd.Series(["unknown"])).astype(str)))
     lines = [
-        f"# {SUITE}: per-iteration time and speedup by system and model",
+        f"# {suite}: per-iteration time and speedup by system and model",
         "",
-        f"![{SUITE}]({figure.name})",
+        f"![{suite}]({figure.name})",
         "",
         "| model | system | runs | iter ms (mean ± sd) | p50 ms | "
         f"speedup vs {reference} [95% CI] | verdict | projected | agrees ±20% | AUC | logloss | "
@@ -247,7 +252,7 @@ def markdown(frame: pd.DataFrame, table: pd.DataFrame, reference: str, figure: P
               "* Models and batch are CPU-sized unless the suite ran with `scale=paper`; runs are "
               "a few dozen iterations, so time-to-target uses the suite's low AUC target.",
               "", "## Provenance", "", f"* Source: {source}",
-              *[f"* {line}" for line in provenance(SUITE, ", ".join(shas))], ""]
+              *[f"* {line}" for line in provenance(suite, ", ".join(shas))], ""]
     return "\n".join(lines)
 
 
