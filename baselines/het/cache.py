@@ -244,8 +244,7 @@ class HetCache:
         returned_slots = slots[reply.positions]
         cached = returned_slots >= 0
         refreshed = returned_slots[cached]
-        self.values.write(refreshed, fresh_rows[cached])
-        self.values.add_(refreshed, self.pending.read(refreshed))
+        self.values.write(refreshed, self._here(fresh_rows[cached]) + self.pending.read(refreshed))
         self.version[refreshed] = fresh_versions[cached]
 
         out = torch.empty(len(request.keys), self.dim, device=self.device)

@@ -61,6 +61,22 @@ def test_report_writes_csv_figure_and_markdown(tmp_path: Path):
     assert set(table["git_sha"]) == {"abc123"}
 
 
+def test_the_paper_scale_set_is_its_own_result_set(tmp_path: Path) -> None:
+    records = [make_record(system, "dlrm", seed, base) for seed in range(3)
+               for system, base in (("sync_ps", 0.5), ("bagpipe", 0.25))]
+    add_speedups(records, "sync_ps")
+    csv = tmp_path / "in.csv"
+    runs_frame(records).to_csv(csv, index=False)
+    code = report_main(["fig7_paper", "--csv", str(csv), "--results-dir",
+                        str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports")])
+    assert code == 0
+    assert len(pd.read_csv(tmp_path / "results" / "fig7_paper" / "runs.csv")) == 6
+    text = (tmp_path / "reports" / "fig7_paper.md").read_text()
+    assert text.startswith("# fig7_paper: ") and "![fig7_paper](fig7_paper.png)" in text
+    assert "| 2.00x [2.00, 2.00] | faster |" in text
+    assert not (tmp_path / "reports" / "fig7.md").exists()  # fig7's own set is untouched
+
+
 def _report(tmp_path: Path, records: list[RunRecord], *extra: str) -> int:
     add_speedups(records, "sync_ps")
     csv = tmp_path / "in.csv"
