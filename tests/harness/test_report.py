@@ -64,6 +64,8 @@ def test_report_writes_csv_figure_and_markdown(tmp_path: Path):
 def test_the_paper_scale_set_is_its_own_result_set(tmp_path: Path) -> None:
     records = [make_record(system, "dlrm", seed, base) for seed in range(3)
                for system, base in (("sync_ps", 0.5), ("bagpipe", 0.25))]
+    for minute, record in enumerate(records, start=1):  # one after the other, a minute each
+        record.start_ms, record.end_ms = 60_000 * minute, 60_000 * (minute + 1)
     add_speedups(records, "sync_ps")
     csv = tmp_path / "in.csv"
     runs_frame(records).to_csv(csv, index=False)
@@ -74,6 +76,7 @@ def test_the_paper_scale_set_is_its_own_result_set(tmp_path: Path) -> None:
     text = (tmp_path / "reports" / "fig7_paper.md").read_text()
     assert text.startswith("# fig7_paper: ") and "![fig7_paper](fig7_paper.png)" in text
     assert "| 2.00x [2.00, 2.00] | faster |" in text
+    assert "* Wall time: 6.0 min for 6 runs (first start to last end)." in text
     assert not (tmp_path / "reports" / "fig7.md").exists()  # fig7's own set is untouched
 
 

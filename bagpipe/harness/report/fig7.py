@@ -274,6 +274,7 @@ def _regime_lines(frame: pd.DataFrame, table: pd.DataFrame, reference: str) -> l
         f"* Size: steps: {_distinct(frame, 'run.steps')}, of them warm-up (not timed): "
         f"{_distinct(frame, 'run.warmup_steps')}; global batch: "
         f"{_distinct(frame, 'run.batch_size')}; trainers: {_distinct(frame, 'trainers')}.",
+        f"* Wall time: {_wall_time(frame)}.",
         *_target_lines(frame, table),
         f"* Verdict: a speedup is the geometric mean over blocks of {reference}'s iteration time "
         "/ the system's, both from the same block, with a 95% Student-t interval on the log "
@@ -283,6 +284,17 @@ def _regime_lines(frame: pd.DataFrame, table: pd.DataFrame, reference: str) -> l
         "a trainer's compute as measured here (`dilation.compute_here_ms`); *agrees* where "
         "|measured / projected - 1| <= 0.2 (`bagpipe/harness/report/regime.py`).", "",
     ]
+
+
+def _wall_time(frame: pd.DataFrame) -> str:
+    """From the first run's start to the last run's end, as the runs recorded them."""
+    if not {"start_ms", "end_ms"} <= set(frame) or frame["end_ms"].isna().all():
+        return "not recorded"
+    starts = frame["start_ms"][frame["start_ms"] > 0]
+    if starts.empty:
+        return "not recorded"
+    minutes = (float(frame["end_ms"].max()) - float(starts.min())) / 60_000
+    return f"{minutes:.1f} min for {len(frame)} runs (first start to last end)"
 
 
 def _target_lines(frame: pd.DataFrame, table: pd.DataFrame) -> list[str]:

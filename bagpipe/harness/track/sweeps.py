@@ -102,6 +102,8 @@ def runs_frame(records: Sequence[RunRecord]) -> pd.DataFrame:
                 "run_name": record.run_name,
                 "git_sha": record.tags.get("git_sha", "unknown"),
                 "cluster": record.tags.get("cluster", ""),
+                "start_ms": record.start_ms,
+                "end_ms": record.end_ms,
                 **_regime_params(record.params),
                 **record.summary,
             }
