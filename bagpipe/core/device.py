@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from bagpipe.core.batch import Batch
 from bagpipe.core.meter import LinkKind, Meter
 
 DEVICE_OPTIONS = ("auto", "cpu", "cuda")
@@ -70,6 +71,23 @@ def move(
     elif device.type == "cpu":
         meter.add_traffic(LinkKind.D2H, nbytes)
     return tensor.to(device, non_blocking=non_blocking)
+
+
+def move_batch(batch: Batch, device: torch.device, meter: Meter) -> Batch:
+    """``batch`` on ``device``, every tensor's bytes charged like :func:`move` (for a system that
+    trains on whole batches: TorchRec)."""
+    charge_batch_copy(batch, device, meter)
+    return batch.to(device)
+
+
+def charge_batch_copy(batch: Batch, device: torch.device, meter: Meter) -> None:
+    """Charge as ``h2d`` the copy of host ``batch`` to ``device`` (dense features, ids, lengths,
+    labels), for a batch a library copies itself (TorchRec's pipeline); nothing on the host."""
+    if device.type == "cpu":
+        return
+    kjt = batch.sparse_features
+    tensors = (batch.dense_features, kjt.values(), kjt.lengths(), batch.labels)
+    meter.add_traffic(LinkKind.H2D, sum(t.numel() * t.element_size() for t in tensors))
 
 
 def host_copy(tensor: torch.Tensor) -> torch.Tensor:

@@ -71,7 +71,7 @@ from bagpipe.core.recovery import (
     step_left_by_survivors,
     tensors_digest,
 )
-from bagpipe.core.roles import Deployment, RoleFailedError, RoleRef
+from bagpipe.core.roles import Deployment, RoleFailedError, RoleRef, trainer_state_devices
 from bagpipe.core.roles.deployment import standby_roles
 from bagpipe.lrpp.oracle_role import OracleRole
 from bagpipe.lrpp.server import BagpipeServerShard
@@ -430,12 +430,7 @@ class Bagpipe(System):
         return state
 
     def state_devices(self) -> dict[str, str]:
-        if self._deployment is None or not self._trainers:
-            raise RuntimeError("bagpipe: state_devices() before setup(ctx)")
-        devices: dict[str, str] = self._deployment.wait(
-            self._trainers[0].rpc_async().state_devices()
-        )
-        return devices
+        return trainer_state_devices(self.name, self._deployment, self._trainers)
 
     def stats(self) -> dict[str, Any]:
         totals = self._totals

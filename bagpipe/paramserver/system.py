@@ -79,7 +79,13 @@ from bagpipe.core.recovery import (
     step_left_by_survivors,
     tensors_digest,
 )
-from bagpipe.core.roles import Deployment, Rendezvous, RoleFailedError, RoleRef
+from bagpipe.core.roles import (
+    Deployment,
+    Rendezvous,
+    RoleFailedError,
+    RoleRef,
+    trainer_state_devices,
+)
 from bagpipe.core.roles.deployment import standby_roles
 from bagpipe.core.runtime import merge_trainer_records
 from bagpipe.models import table_dim
@@ -397,10 +403,7 @@ class ParameterServerSystem(System):
         return list(self._recoveries)
 
     def state_devices(self) -> dict[str, str]:
-        if not self._trainers:
-            raise RuntimeError(f"{self.name}: state_devices() before setup(ctx)")
-        devices: dict[str, str] = self._wait(self._trainers[0].rpc_async().state_devices())
-        return devices
+        return trainer_state_devices(self.name, self._deployment, self._trainers)
 
     def _wait(self, futures: Future | list[Future]) -> Any:
         """The value(s) of calls on the roles, within ``step_timeout_s`` (``Deployment.wait``)."""

@@ -23,7 +23,7 @@ import torch
 from bagpipe.core.batch import Batch, split_batch
 from bagpipe.core.interface import ModelState, StepResult, System, TrainContext
 from bagpipe.core.meter import LinkKind
-from bagpipe.core.roles import Deployment
+from bagpipe.core.roles import Deployment, trainer_state_devices
 from bagpipe.core.runtime import merge_trainer_records
 from bagpipe.core.source import BatchSource
 from bagpipe.models import table_dim
@@ -162,12 +162,7 @@ class TorchRecSharding(System):
         return out
 
     def state_devices(self) -> dict[str, str]:
-        if self._deployment is None or not self._trainers:
-            raise RuntimeError("torchrec: state_devices() before setup(ctx)")
-        devices: dict[str, str] = self._deployment.wait(
-            self._trainers[0].rpc_async().state_devices()
-        )
-        return devices
+        return trainer_state_devices(self.name, self._deployment, self._trainers)
 
     def full_state(self) -> ModelState:
         ctx, deployment = self._require_setup()

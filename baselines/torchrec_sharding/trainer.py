@@ -45,7 +45,7 @@ from torchrec.sparse.jagged_tensor import KeyedTensor
 
 from bagpipe.core import collectives, runtime
 from bagpipe.core.batch import Batch
-from bagpipe.core.device import own_gpus, trainer_device
+from bagpipe.core.device import charge_batch_copy, move_batch, own_gpus, trainer_device
 from bagpipe.core.interface import TrainerSpec
 from bagpipe.core.meter import Phase, StepRecord
 from bagpipe.core.roles import Rendezvous
@@ -266,14 +266,17 @@ class TorchRecTrainer:
         batch = self._received.popleft()
         if self._pipeline is None:
             with meter.phase(Phase.FORWARD):
-                loss, (bce_sum, _) = self.dmp(batch.to(self.device))
+                loss, (bce_sum, _) = self.dmp(move_batch(batch, self.device, meter))
             with meter.phase(Phase.BACKWARD):
                 self.optimizer.zero_grad()
                 loss.backward()
             with meter.phase(Phase.OPTIMIZER):
                 self.optimizer.step()
         else:
-            # One call runs input dist of the next batch, forward, backward and the update.
+            # One call runs input dist of the next batch, forward, backward and the update; the
+            # pipeline copies each new slice to the device itself.
+            for piece in slices:
+                charge_batch_copy(piece, self.device, meter)
             with meter.phase(PIPELINE_PHASE):
                 bce_sum, _ = self._pipeline.progress(iter(list(slices)))
         return float(bce_sum), meter.end_step()

@@ -6,10 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bagpipe.core.batch import batch_from_arrays
 from bagpipe.core.device import (
+    charge_batch_copy,
     collective_backend,
     host_copy,
     move,
+    move_batch,
     resolve_device,
     trainer_device,
 )
@@ -43,6 +46,19 @@ def test_a_copy_is_charged_once_by_direction_and_a_tensor_in_place_costs_nothing
     assert moved.device.type == "meta"
     record = meter.end_step()
     assert record.bytes_sent == {str(LinkKind.H2D): 5 * 3 * 4}
+
+
+def test_a_whole_batch_s_copy_is_charged_tensor_by_tensor() -> None:
+    """TorchRec moves whole batches (or its pipeline does): charged by the same rule."""
+    meter = Meter()
+    batch = batch_from_arrays(
+        torch.ones(4, 3), torch.zeros(4, 2, dtype=torch.int64), torch.ones(4), ["a", "b"]
+    )
+    assert move_batch(batch, torch.device("cpu"), meter).dense_features is batch.dense_features
+    charge_batch_copy(batch, torch.device("meta"), meter)
+    lengths = batch.sparse_features.lengths()
+    want = 4 * 3 * 4 + 8 * 8 + lengths.numel() * lengths.element_size() + 4 * 4
+    assert meter.end_step().bytes_sent == {str(LinkKind.H2D): want}
 
 
 def test_host_copy_is_detached_and_owns_its_memory() -> None:

@@ -66,12 +66,7 @@ def test_the_paper_scale_set_is_its_own_result_set(tmp_path: Path) -> None:
                for system, base in (("sync_ps", 0.5), ("bagpipe", 0.25))]
     for minute, record in enumerate(records, start=1):  # one after the other, a minute each
         record.start_ms, record.end_ms = 60_000 * minute, 60_000 * (minute + 1)
-    add_speedups(records, "sync_ps")
-    csv = tmp_path / "in.csv"
-    runs_frame(records).to_csv(csv, index=False)
-    code = report_main(["fig7_paper", "--csv", str(csv), "--results-dir",
-                        str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports")])
-    assert code == 0
+    assert _report(tmp_path, records, suite="fig7_paper") == 0
     assert len(pd.read_csv(tmp_path / "results" / "fig7_paper" / "runs.csv")) == 6
     text = (tmp_path / "reports" / "fig7_paper.md").read_text()
     assert text.startswith("# fig7_paper: ") and "![fig7_paper](fig7_paper.png)" in text
@@ -80,11 +75,11 @@ def test_the_paper_scale_set_is_its_own_result_set(tmp_path: Path) -> None:
     assert not (tmp_path / "reports" / "fig7.md").exists()  # fig7's own set is untouched
 
 
-def _report(tmp_path: Path, records: list[RunRecord], *extra: str) -> int:
+def _report(tmp_path: Path, records: list[RunRecord], *extra: str, suite: str = "fig7") -> int:
     add_speedups(records, "sync_ps")
     csv = tmp_path / "in.csv"
     runs_frame(records).to_csv(csv, index=False)
-    return report_main(["fig7", "--csv", str(csv), "--results-dir", str(tmp_path / "results"),
+    return report_main([suite, "--csv", str(csv), "--results-dir", str(tmp_path / "results"),
                         "--reports-dir", str(tmp_path / "reports"), *extra])
 
 

@@ -10,7 +10,7 @@ joining and leaving the RPC world), ``watch`` (liveness), ``failures`` (which ro
 (TensorPipe's notices about connections closing, dropped while a world is left).
 """
 
-from bagpipe.core.roles.deployment import Deployment, last_network_report
+from bagpipe.core.roles.deployment import Deployment, last_network_report, trainer_state_devices
 from bagpipe.core.roles.failures import RoleFailedError
 from bagpipe.core.roles.rendezvous import Rendezvous
 from bagpipe.core.roles.roleref import RoleRef, construct
@@ -26,4 +26,5 @@ __all__ = [
     "construct",
     "last_network_report",
     "serve_role",
+    "trainer_state_devices",
 ]

@@ -565,6 +565,17 @@ _LAST_REPORT: NetworkReport | None = None
 _STARTUPS_S: list[float] = []  # how long each deployment this process spawned took to start
 
 
+def trainer_state_devices(
+    system: str, deployment: Deployment | None, trainers: Sequence[RoleRef]
+) -> dict[str, str]:
+    """Trainer 0's ``state_devices()``: what every system with trainer roles answers to
+    ``System.state_devices``; before ``setup`` there is no trainer to ask."""
+    if deployment is None or not trainers:
+        raise RuntimeError(f"{system}: state_devices() before setup(ctx)")
+    devices: dict[str, str] = deployment.wait(trainers[0].rpc_async().state_devices())
+    return devices
+
+
 def standby_roles(kind: str, count: int) -> list[str]:
     """Names of ``count`` standbys for roles of ``kind`` (``trainer``: ``trainer_standby_0``...).
 
