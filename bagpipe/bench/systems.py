@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,7 @@ from bagpipe.core.interface import OptimConfig, TrainContext
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
 from bagpipe.core.net import NetworkConfig, Topology, resolve_backend
 from bagpipe.core.registry import load_system
-from bagpipe.core.roles.cpu import roles_cpu_s
-from bagpipe.core.roles.deployment import role_kind
+from bagpipe.core.roles.cpu import CpuTally
 from bagpipe.data import DatasetConfig, make_dataset
 from bagpipe.models import paper_config
 
@@ -79,20 +79,18 @@ def measure(spec: SystemSpec, ctx: TrainContext, steps: int) -> dict[str, float]
         source = system.prepare_dataset(ctx.source)  # FAE re-packs hot and cold batches
         times_s: list[float] = []
         records: list[StepRecord] = []
+        cpu = CpuTally()
         for step in range(WARMUP + steps):
-            if step == WARMUP:
-                cpu_before_s = roles_cpu_s()
             batch = source[step % len(source)]
-            start = time.perf_counter()
-            result = system.train_step(step, batch)
+            with cpu.window() if step >= WARMUP else nullcontext():
+                start = time.perf_counter()
+                result = system.train_step(step, batch)
+                elapsed_s = time.perf_counter() - start
             if step >= WARMUP:
-                times_s.append(time.perf_counter() - start)
+                times_s.append(elapsed_s)
                 records.append(result.record)
-        cpu_s = {role: spent - cpu_before_s.get(role, 0.0)
-                 for role, spent in roles_cpu_s().items()}
     finally:
         system.close()
-    trainers = [spent for role, spent in cpu_s.items() if role_kind(role) == "trainer"]
     return {
         "iter_time_p50_s": statistics.median(times_s),
         "iter_time_mean_s": statistics.fmean(times_s),
@@ -114,11 +112,10 @@ def measure(spec: SystemSpec, ctx: TrainContext, steps: int) -> dict[str, float]
         # host <-> device copies, all trainers (0 where trainers compute on the host)
         "h2d_bytes_per_iter": statistics.fmean(r.bytes_sent.get(LinkKind.H2D, 0) for r in records),
         "d2h_bytes_per_iter": statistics.fmean(r.bytes_sent.get(LinkKind.D2H, 0) for r in records),
-        # CPU per iteration: a trainer's (mean), and that of every other role together (servers,
-        # the oracle: work the target runs on hosts of its own, which dilation does not slow)
-        "trainer_cpu_s": statistics.fmean(trainers) / steps if trainers else 0.0,
-        "helpers_cpu_s": sum(spent for role, spent in cpu_s.items()
-                             if role_kind(role) != "trainer") / steps,
+        # CPU per iteration: a trainer's (mean), that of every other role together (servers,
+        # the oracle: work the target runs on hosts of its own, which dilation does not slow),
+        # and the driver's (``local`` trains there)
+        **cpu.per_window(),
     }
 
 

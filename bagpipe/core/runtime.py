@@ -20,6 +20,8 @@ role does with its runtime is measure its own work::
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import traceback
 from collections.abc import Callable, Sequence
@@ -43,6 +45,7 @@ __all__ = [
     "merge_trainer_records",
     "nbytes",
     "report_failure",
+    "run_in_background",
     "start_thread",
 ]
 
@@ -68,6 +71,13 @@ class RoleRuntime:
 
 _STATE: RoleRuntime | None = None
 
+#: How long a thread that wants the GIL waits before it asks the running thread to hand it over
+#: (Python's default is 5 ms). A trainer's step hands the GIL between threads several times (its
+#: comm hooks, the collective lane, RPC handlers, a system's round or communication thread), and
+#: each hand-over then cost up to 5 ms of a 15-70 ms iteration, a Python artefact the target's
+#: C++/CUDA trainers do not have. Set in every process of every system alike (:func:`init`).
+GIL_SWITCH_INTERVAL_S = 0.0002
+
 
 def init(
     role: str,
@@ -77,9 +87,12 @@ def init(
 ) -> RoleRuntime:
     """Install this process's runtime (the Deployment does it; tests may too). Replaces any old one.
 
-    ``network`` defaults to the ``real`` back-end (nothing emulated).
+    ``network`` defaults to the ``real`` back-end (nothing emulated). Also sets the process's GIL
+    switch interval (:data:`GIL_SWITCH_INTERVAL_S`): every process that runs a role or drives
+    one gets it, so no system is timed under another threading rule than the others.
     """
     global _STATE
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     _STATE = RoleRuntime(
         role=role, network=network or NetworkConfig(), nics=nics, error_dir=error_dir
     )
@@ -150,11 +163,32 @@ def error_report_path(error_dir: Path, role: str) -> Path:
     return error_dir / f"{role}.err"
 
 
-def start_thread(target: Callable[[], None], name: str) -> threading.Thread:
-    """Start a daemon thread whose exception is reported to the driver instead of being lost."""
+#: How much lower a background thread's CPU priority is than its process's (``nice``): the same
+#: step a helper role's process is below a trainer's (``bagpipe.core.roles.spawn``).
+BACKGROUND_NICE = 10
+
+
+def run_in_background() -> None:
+    """Lower the calling thread's CPU priority by :data:`BACKGROUND_NICE` (Linux nices threads
+    one by one), for a thread that works behind a trainer's step: Bagpipe's cache rounds, HET's
+    communication thread. On the target, that work runs on the trainer host's spare CPU cores
+    while its GPU computes; here it shares two cores with the step's forward and backward, so it
+    gets only what they leave. Every system's background threads call it (``start_thread`` with
+    ``background=True``, or as a thread pool's ``initializer``), so the rule is one."""
+    tid = threading.get_native_id()
+    os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + BACKGROUND_NICE)
+
+
+def start_thread(
+    target: Callable[[], None], name: str, background: bool = False
+) -> threading.Thread:
+    """Start a daemon thread whose exception is reported to the driver instead of being lost
+    (``background``: at a lower CPU priority, :func:`run_in_background`)."""
 
     def run() -> None:
         try:
+            if background:
+                run_in_background()
             target()
         except BaseException as exc:
             report_failure(exc)

@@ -4,8 +4,8 @@ Processes (one :class:`~bagpipe.core.roles.Deployment`; the same code runs on on
 
     driver      the runner's process: splits each global batch, triggers the step on every trainer
     oracle      OracleRole: plans over the batches the runner will train (epoch after epoch), and
-                pushes every trainer its step and round plans ahead of time (at most ``lookahead``
-                steps ahead of training)
+                pushes every trainer its step and round plans ahead of time, as far ahead as a
+                bound on plans in flight allows; setup waits until it got there
     server_s    BagpipeServerShard, s < S: rows ``id % S == s``, per-round read-after-write barrier
     trainer_k   BagpipeTrainer, k < T: dense replica + LRPP cache; slice k of every global batch
 
@@ -221,6 +221,7 @@ class Bagpipe(System):
         )])
         deployment.wait([r.rpc_async().stats() for r in self._trainers])
         deployment.wait([self._oracle.rpc_async().start()])
+        deployment.wait([self._oracle.rpc_async().planned_ahead()])  # before the first step
 
     def train_step(self, step: int, batch: Batch) -> StepResult:
         deployment, _ = self._require_setup()

@@ -18,6 +18,9 @@ Critical path of step ``n`` (``train_step``)::
 
 Background, one thread (``bagpipe-rounds``): round ``r`` starts when step ``(r-1)*ci`` starts and runs
 evict -> write back own share -> (server-side read-after-write barrier) -> prefetch -> install.
+It and its shard calls run below the training thread's CPU priority
+(``bagpipe.core.runtime.run_in_background``, the rule for every system's background threads): on
+the target they use the host's spare cores while the GPU computes.
 An error there (a peer died) stops the rounds; the next step that waits for a round raises it, so
 the failure reaches the driver as the step's, and a replacement can salvage this trainer's rows.
 
@@ -229,8 +232,10 @@ class BagpipeTrainer:
         #: log_updates: per round not yet done everywhere, the fresh rows this trainer evicted
         #: that a peer writes back (``(ids, rows)``; guarded by ``_round_cond``).
         self._evicted_replicas: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._shard_pool = ThreadPoolExecutor(max_workers=len(servers), thread_name_prefix="shard")
-        self._thread = runtime.start_thread(self._run_rounds, f"bagpipe-rounds-{index}")
+        self._shard_pool = ThreadPoolExecutor(max_workers=len(servers), thread_name_prefix="shard",
+                                              initializer=runtime.run_in_background)
+        self._thread = runtime.start_thread(self._run_rounds, f"bagpipe-rounds-{index}",
+                                            background=True)
 
     # ------------------------------------------------------------------ from the oracle / driver
     def receive_plans(self, plans: list[StepPlan | RoundPlan]) -> None:

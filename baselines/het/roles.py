@@ -130,7 +130,8 @@ class HetTrainer(ParameterServerTrainer):
         )
         self.dim = dim
         self.layout = ShardLayout(len(servers))
-        self._channel = ThreadPoolExecutor(max_workers=1, thread_name_prefix="het-channel")
+        self._channel = ThreadPoolExecutor(max_workers=1, thread_name_prefix="het-channel",
+                                           initializer=runtime.run_in_background)
         self._prefetched: tuple[PullRequest, Future[PullReply]] | None = None
         self._last_push: Future[None] | None = None
 

@@ -21,6 +21,7 @@ class BlockSweeperConf:
     params: Optional[dict[str, str]] = None  # noqa: UP045
     block_key: str = "seed"  # one block per value of this override
     order_seed: int = 0  # seeds the shuffle within each block
+    pair_key: str = "model"  # within a block, runs of one value of this override back to back
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="blocks", node=BlockSweeperConf,
@@ -31,15 +32,16 @@ class BlockSweeper(BasicSweeper):
     """The basic sweeper's jobs in :func:`interleaved_blocks` order, batched as it batches."""
 
     def __init__(self, max_batch_size: int | None, params: dict[str, str] | None = None,
-                 block_key: str = "seed", order_seed: int = 0) -> None:
+                 block_key: str = "seed", order_seed: int = 0, pair_key: str = "model") -> None:
         super().__init__(max_batch_size=max_batch_size, params=params)
         self.block_key = block_key
         self.order_seed = order_seed
+        self.pair_key = pair_key
 
     def split_arguments(  # type: ignore[override]
         self, overrides: list[Override], max_batch_size: int | None
     ) -> list[list[list[str]]]:
         (jobs,) = BasicSweeper.split_arguments(overrides, None)
-        ordered = interleaved_blocks(jobs, self.block_key, self.order_seed)
+        ordered = interleaved_blocks(jobs, self.block_key, self.order_seed, self.pair_key)
         size = max_batch_size or len(ordered) or 1
         return [ordered[i:i + size] for i in range(0, len(ordered), size)]

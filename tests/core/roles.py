@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 import traceback
 
@@ -28,6 +29,9 @@ class Accumulator:
 
     def where(self) -> tuple[str, int, int]:
         return runtime.current().role, os.getpid(), torch.get_num_threads()
+
+    def gil_switch_interval_s(self) -> float:
+        return sys.getswitchinterval()
 
     def add_on_peer(self, peer: RoleRef, value: float) -> torch.Tensor:
         return peer.rpc_sync().add(value)

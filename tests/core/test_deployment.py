@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
+import sys
 import time
 
 import pytest
@@ -11,8 +13,9 @@ import torch
 import torch.multiprocessing as mp
 
 from bagpipe.core.roles import Deployment, RoleFailedError
-from bagpipe.core.roles.cpu import roles_cpu_s
+from bagpipe.core.roles.cpu import CpuTally, roles_cpu_s
 from bagpipe.core.roles.spawn import HELPER_NICE, free_port
+from bagpipe.core.runtime import GIL_SWITCH_INTERVAL_S
 
 from .roles import Accumulator, serve_from_env
 
@@ -133,3 +136,36 @@ def test_each_roles_cpu_is_counted_and_helpers_run_below_the_trainers_priority()
         priority = {role: os.getpriority(os.PRIO_PROCESS, pid) for role, pid in pids.items()}
         assert priority["server_0"] == priority["trainer_0"] + HELPER_NICE
     assert not set(pids) & set(roles_cpu_s())  # a closed deployment's roles are not counted
+
+
+def test_a_cpu_tally_counts_only_its_windows_by_kind_of_role() -> None:
+    """Per window: a trainer's CPU (the mean over trainers), every other role's together, and
+    the driver's; what a role spends outside the windows is not counted."""
+    tally = CpuTally()
+    assert all(math.isnan(v) for v in tally.per_window().values())
+    with Deployment(["trainer_0", "trainer_1", "server_0"]) as deployment:
+        server = deployment.remote("server_0", Accumulator, 0.0)
+        trainer = deployment.remote("trainer_0", Accumulator, 0.0)
+        deployment.remote("trainer_1", Accumulator, 0.0)
+        deployment.wait(server.rpc_async().spin(0.4), timeout_s=30)  # before: not counted
+        with tally.window():
+            deployment.wait(server.rpc_async().spin(0.6), timeout_s=30)
+            deployment.wait(trainer.rpc_async().spin(0.4), timeout_s=30)
+        with tally.window():
+            pass
+    spent = tally.per_window()
+    assert tally.windows == 2
+    assert 0.2 <= spent["helpers_cpu_s"] < 0.45, spent  # 0.6 s over 2 windows
+    assert 0.06 <= spent["trainer_cpu_s"] < 0.2, spent  # (0.4 + 0) / 2 trainers / 2 windows
+    assert 0 <= spent["driver_cpu_s"] < spent["helpers_cpu_s"], spent
+
+
+def test_every_process_hands_the_gil_over_by_one_rule() -> None:
+    """Trainers, helpers and the driver all run under ``GIL_SWITCH_INTERVAL_S``, not Python's
+    5 ms: no system's threads are timed under another rule."""
+    with Deployment(["trainer_0", "server_0"]) as deployment:
+        refs = [deployment.remote(role, Accumulator, 0.0) for role in ("trainer_0", "server_0")]
+        intervals = [deployment.wait(ref.rpc_async().gil_switch_interval_s(), timeout_s=30)
+                     for ref in refs]
+        assert sys.getswitchinterval() == pytest.approx(GIL_SWITCH_INTERVAL_S)  # the driver's
+    assert intervals == pytest.approx([GIL_SWITCH_INTERVAL_S] * 2)

@@ -1,6 +1,10 @@
-"""Runtime helpers: merged trainer records, and failures outside a deployment."""
+"""Runtime helpers: merged trainer records, failures outside a deployment, background threads."""
 
 from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -20,3 +24,22 @@ def test_background_failure_outside_a_deployment_is_raised() -> None:
     runtime.init("trainer_0")
     with pytest.raises(ZeroDivisionError):
         runtime.report_failure(ZeroDivisionError("no deployment to report to"))
+
+
+def test_a_background_thread_runs_below_its_processs_priority() -> None:
+    """``start_thread(background=True)`` (Bagpipe's rounds) and a pool initialised with
+    ``run_in_background`` (HET's channel) nice only their own thread."""
+    def own_nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    process_nice = own_nice()
+    seen: dict[str, int] = {}
+    for name, background in (("fore", False), ("back", True)):
+        thread = runtime.start_thread(lambda n=name: seen.__setitem__(n, own_nice()), name,
+                                      background=background)
+        thread.join(5)
+    with ThreadPoolExecutor(1, initializer=runtime.run_in_background) as pool:
+        seen["pool"] = pool.submit(own_nice).result()
+    assert seen == {"fore": process_nice, "back": process_nice + runtime.BACKGROUND_NICE,
+                    "pool": process_nice + runtime.BACKGROUND_NICE}
+    assert own_nice() == process_nice  # the caller's own thread untouched

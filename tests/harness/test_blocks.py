@@ -39,6 +39,34 @@ def test_the_order_within_blocks_is_shuffled_reproducibly() -> None:
     assert [_value(j, "system") for j in first[:6]] != SYSTEMS  # not the listed order
 
 
+MODELS = ["dlrm", "wdl", "deepfm", "dcn"]
+SWEEP = [[f"model={m}", f"system={s}", f"seed={k}"]
+         for m, s, k in itertools.product(MODELS, SYSTEMS, range(3))]
+
+
+def test_within_a_block_the_runs_of_one_model_go_back_to_back() -> None:
+    ordered = interleaved_blocks(SWEEP, "seed", order_seed=0)
+    assert sorted(map(tuple, ordered)) == sorted(map(tuple, SWEEP))
+    per_block = len(MODELS) * len(SYSTEMS)
+    model_orders = []
+    for start in range(0, len(ordered), per_block):
+        block = ordered[start:start + per_block]
+        assert {_value(j, "seed") for j in block} == {str(start // per_block)}
+        models = [_value(j, "model") for j in block]
+        runs = [models[i:i + len(SYSTEMS)] for i in range(0, per_block, len(SYSTEMS))]
+        assert all(len(set(run)) == 1 for run in runs)  # one model's runs contiguous
+        assert sorted(_value(j, "system") for j in block[:len(SYSTEMS)]) == sorted(SYSTEMS)
+        model_orders.append(tuple(run[0] for run in runs))
+    assert len(set(model_orders)) > 1  # the models' order is shuffled per block
+
+
+def test_a_sweep_without_the_pair_key_shuffles_its_whole_block() -> None:
+    ordered = interleaved_blocks(SWEEP, "seed", order_seed=0, pair_key="nothing")
+    first_block = [_value(j, "model") for j in ordered[:len(MODELS) * len(SYSTEMS)]]
+    changes = sum(a != b for a, b in itertools.pairwise(first_block))
+    assert changes > len(MODELS)  # models interleave instead of running in four runs
+
+
 def test_jobs_without_the_block_key_form_one_block() -> None:
     jobs = [["system=a"], ["system=b"], ["system=c"]]
     assert sorted(map(tuple, interleaved_blocks(jobs, "seed"))) == sorted(map(tuple, jobs))
@@ -53,4 +81,4 @@ def test_suites_sweep_in_blocks_of_seeds() -> None:
     assert fig7.hydra.sweeper._target_ == "hydra_plugins.bagpipe_sweeper.BlockSweeper"
     jobs = sweep_jobs(fig7)
     seeds = [_value(job, "seed") for job in jobs]
-    assert seeds == sorted(seeds) and len(jobs) == 6 * 4 * 3
+    assert seeds == sorted(seeds) and len(jobs) == 6 * 4 * 4

@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from bagpipe.core.net import Topology
 from bagpipe.harness.report.costmodel import Workload, predict
 from bagpipe.harness.report.fig7 import summary_table
+from bagpipe.harness.report.profile import profile_lines
 from bagpipe.harness.run.evaluate import base_rate_logloss
 from bagpipe.harness.run.train import _flat_params
 from bagpipe.harness.track.record import RunRecord
@@ -144,3 +145,24 @@ def test_the_rescaled_runs_stand_beside_fig7s_at_each_dilation() -> None:
     rows = [line for line in lines if line.startswith("| ") and "torchrec" in line]
     assert [row.split(" | ")[0] for row in rows] == ["| 0.5 d (4)", "| 1 d (4)", "| 2 d (4)"]
     assert [row.split(" | ")[2].split("x")[0] for row in rows] == ["1.25", "2.00", "4.00"]
+
+
+def test_the_profile_shows_each_systems_cpu_and_its_compute_against_the_reference() -> None:
+    """Cores busy = (trainers x a trainer's CPU + helpers' + driver's) / iteration; trainer 0's
+    forward + backward against the reference's of the same block, a geometric mean over blocks."""
+    cpu = {"per_iter_trainer_cpu_s": 0.03, "per_iter_helpers_cpu_s": 0.01,
+           "per_iter_driver_cpu_s": 0.002}
+    records = [
+        _record("sync_ps", 0.04, seed=0, time_forward_s=0.010, time_backward_s=0.020, **cpu),
+        _record("sync_ps", 0.05, seed=1, time_forward_s=0.020, time_backward_s=0.030, **cpu),
+        _record("bagpipe", 0.04, seed=0, time_forward_s=0.012, time_backward_s=0.024, **cpu),
+        _record("bagpipe", 0.05, seed=1, time_forward_s=0.030, time_backward_s=0.030, **cpu),
+    ]
+    lines = profile_lines(runs_frame(records), "sync_ps")
+    row = next(line for line in lines if line.startswith("| dlrm | bagpipe |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2:7] == ["45.0", "30.0", "10.0", "2.0", "1.60"]  # 72 ms CPU in 45 ms
+    assert cells[7] == "48.0"  # forward + backward, mean over blocks
+    assert cells[8] == f"{math.sqrt(1.2 * 1.2):.2f}x"  # 36/30 and 60/50
+    without = profile_lines(runs_frame([_record("sync_ps", 0.04)]), "sync_ps")
+    assert any("did not record their CPU" in line for line in without)

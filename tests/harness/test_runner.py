@@ -138,6 +138,21 @@ def test_warmup_steps_are_excluded_from_statistics(tiny_context: ContextFactory)
     assert with_warmup.summary["iter_time_mean_s"] == pytest.approx(sum(times) / 2)
 
 
+def test_the_summary_holds_the_cpu_of_the_timed_steps_by_kind_of_process(
+    tiny_context: ContextFactory,
+) -> None:
+    """``local`` trains in the driver: its timed steps' CPU is the driver's, no role's; a run
+    no longer than its warm-up has no timed CPU to report."""
+    source = TinySource(TINY_SCHEMA, batch_size=8, num_batches=2, seed=1)
+    summary = run_training(LocalSystem(), tiny_context(), source,
+                           RunConfig(6, 0, warmup_steps=2, progress=False)).summary
+    assert summary["per_iter_driver_cpu_s"] > 0
+    assert summary["per_iter_trainer_cpu_s"] == 0 and summary["per_iter_helpers_cpu_s"] == 0
+    short = run_training(LocalSystem(), tiny_context(), source,
+                         RunConfig(2, 0, warmup_steps=2, progress=False)).summary
+    assert math.isnan(short["per_iter_driver_cpu_s"])
+
+
 def test_close_is_called_even_when_a_step_fails(tiny_context: ContextFactory) -> None:
     system, recorder = Probe(fail_at=2), Recorder()
     source = TinySource(TINY_SCHEMA, batch_size=8, num_batches=1, seed=1)

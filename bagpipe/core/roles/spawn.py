@@ -167,7 +167,7 @@ def join_rpc_world(args: RoleArgs) -> None:
 
 
 #: How much lower a helper role's CPU priority is than a trainer's (``yield_cpu_to_trainers``).
-HELPER_NICE = 10
+HELPER_NICE = runtime.BACKGROUND_NICE
 
 
 def yield_cpu_to_trainers(role: str) -> None:

@@ -9,7 +9,8 @@ MLflow store (``--from-mlflow``), or a tidy CSV written earlier (``--csv``), and
 * ``reports/fig7.png``: per-model iteration time and speedup by system, error bars over seeds;
 * ``reports/fig7.md``: the table (each measured speedup beside the cost model's projection for
   the same dilated network, and whether every run's logloss beats the base rate), the paper's
-  claim beside ours, the regime the runs ran in, the checks Bagpipe's runs must pass, how our
+  claim beside ours, the regime the runs ran in, where the time and the CPU went
+  (:mod:`bagpipe.harness.report.profile`), the checks Bagpipe's runs must pass, how our
   setting differs, and which machine and commit produced it.
 
 A result set from several commits or a dirty tree, or whose Bagpipe runs fail a window check
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bagpipe.harness.report.cells import cell, column_mean
 from bagpipe.harness.report.loading import (
     RunsTable,
     UncleanResultsError,
@@ -31,6 +33,7 @@ from bagpipe.harness.report.loading import (
 )
 from bagpipe.harness.report.paired import paired_speedup
 from bagpipe.harness.report.plotting import Outputs, provenance, pyplot, save_csv, save_figure
+from bagpipe.harness.report.profile import profile_lines
 from bagpipe.harness.report.regime import (
     AGREES,
     BEATS_BASE_RATE,
@@ -116,10 +119,10 @@ def rescaled_lines(fig7_frame: pd.DataFrame, rescaled: pd.DataFrame, reference: 
             if values["system"] in ("local", reference):
                 continue
             lines.append(
-                f"| {label} | {values['system']} | {_num(values[key], '.2f')}x "
-                f"[{_num(values[key + '_ci_low'], '.2f')}, "
-                f"{_num(values[key + '_ci_high'], '.2f')}] | "
-                f"{_num(values[projected_key], '.2f', 'x')} | {values[AGREES] or '–'} |"
+                f"| {label} | {values['system']} | {cell(values[key], '.2f')}x "
+                f"[{cell(values[key + '_ci_low'], '.2f')}, "
+                f"{cell(values[key + '_ci_high'], '.2f')}] | "
+                f"{cell(values[projected_key], '.2f', 'x')} | {values[AGREES] or '–'} |"
             )
     return [*lines, ""]
 
@@ -168,9 +171,9 @@ def summary_table(frame: pd.DataFrame, reference: str) -> pd.DataFrame:
                 "verdict": paired.verdict if system != reference else "reference",
                 projected_key: projection, AGREES: agreement(paired.speedup, projection),
                 "auc": group["auc"].mean(),
-                "target_auc": _mean(group, "run.target_auc"),
+                "target_auc": column_mean(group, "run.target_auc"),
                 "logloss": group["logloss"].mean(),
-                "base_rate_logloss": _mean(group, "base_rate_logloss"),
+                "base_rate_logloss": column_mean(group, "base_rate_logloss"),
                 BEATS_BASE_RATE: beats_base_rate(group),
                 "olympic_time_to_target_s": olympic_score(tta) if tta else None,
             }
@@ -225,18 +228,19 @@ def markdown(frame: pd.DataFrame, table: pd.DataFrame, reference: str, figure: P
     for values in table.to_dict("records"):
         lines.append(
             f"| {values['model']} | {values['system']} | {values['runs']} | "
-            f"{values['iter_ms_mean']:.2f} ± {_num(values['iter_ms_sd'], '.2f')} | "
-            f"{values['iter_ms_p50']:.2f} | {_num(values[key], '.2f')}x "
-            f"[{_num(values[key + '_ci_low'], '.2f')}, {_num(values[key + '_ci_high'], '.2f')}] | "
-            f"{values['verdict']} | {_num(values[projected_key], '.2f', 'x')} | "
+            f"{values['iter_ms_mean']:.2f} ± {cell(values['iter_ms_sd'], '.2f')} | "
+            f"{values['iter_ms_p50']:.2f} | {cell(values[key], '.2f')}x "
+            f"[{cell(values[key + '_ci_low'], '.2f')}, {cell(values[key + '_ci_high'], '.2f')}] | "
+            f"{values['verdict']} | {cell(values[projected_key], '.2f', 'x')} | "
             f"{values[AGREES] or '–'} | "
             f"{values['auc']:.4f} | {values['logloss']:.4f} | "
-            f"{values[BEATS_BASE_RATE] or '–'} ({_num(values['base_rate_logloss'], '.4f')}) | "
-            f"{_num(values['olympic_time_to_target_s'], '.2f')} |"
+            f"{values[BEATS_BASE_RATE] or '–'} ({cell(values['base_rate_logloss'], '.4f')}) | "
+            f"{cell(values['olympic_time_to_target_s'], '.2f')} |"
         )
     lines += ["", "## The paper's claim beside ours", "", f"* Paper: {PAPER_CLAIM}.",
               f"* Ours: {_our_claim(table)}", "",
               *_regime_lines(frame, table, reference),
+              *profile_lines(frame, reference),
               *_check_lines(checks or [], table),
               "## How our setting differs from the paper's", "",
               "* Roles are processes on one machine, each host of the described cluster an "
@@ -269,8 +273,9 @@ def _regime_lines(frame: pd.DataFrame, table: pd.DataFrame, reference: str) -> l
         f"{_distinct(frame, 'network.backend')}).",
         *dilation_lines(frame, "model"),
         f"* Design: {len(seeds)} blocks, one per seed ({', '.join(map(str, seeds))}); each block "
-        "one run of every (system, model), in an order randomised per block "
-        "(`hydra/sweeper=blocks`).",
+        "one run of every (system, model), one model's runs back to back, the models' order and "
+        "the systems' order within each randomised per block (`hydra/sweeper=blocks`, "
+        "`pair_key=model`).",
         f"* Size: steps: {_distinct(frame, 'run.steps')}, of them warm-up (not timed): "
         f"{_distinct(frame, 'run.warmup_steps')}; global batch: "
         f"{_distinct(frame, 'run.batch_size')}; trainers: {_distinct(frame, 'trainers')}.",
@@ -303,7 +308,7 @@ def _target_lines(frame: pd.DataFrame, table: pd.DataFrame) -> list[str]:
         return ["* Time to target: the runs did not record their AUC target."]
     local = {str(r["model"]): r["auc"] for r in table.to_dict("records") if r["system"] == "local"}
     return [f"* {model}: time to target = time to AUC {_distinct(group, 'run.target_auc')} "
-            f"(`run.target_auc`; local's curve ends at AUC {_num(local.get(str(model)), '.4f')})."
+            f"(`run.target_auc`; local's curve ends at AUC {cell(local.get(str(model)), '.4f')})."
             for model, group in frame.groupby("model", sort=False)]
 
 
@@ -318,7 +323,7 @@ def _check_lines(checks: list[Check], table: pd.DataFrame) -> list[str]:
         verdict = values[BEATS_BASE_RATE] or "not recorded"
         lines.append(f"* {values['model']} / {values['system']}: logloss "
                      f"{values['logloss']:.4f} vs base rate "
-                     f"{_num(values['base_rate_logloss'], '.4f')}: {verdict}.")
+                     f"{cell(values['base_rate_logloss'], '.4f')}: {verdict}.")
     return [*lines, ""]
 
 
@@ -343,17 +348,3 @@ def _our_claim(table: pd.DataFrame) -> str:
     worst = min(ratios.values())
     return (f"Bagpipe is up to {best:.2f}x faster per iteration (over {system} on {model}); "
             f"the smallest ratio over any baseline is {worst:.2f}x.")
-
-
-def _mean(group: pd.DataFrame, column: str) -> float:
-    """Mean of ``column`` as numbers (params come as text from records); ``nan`` if absent."""
-    if column not in group:
-        return math.nan
-    return float(pd.to_numeric(group[column], errors="coerce").mean())
-
-
-def _num(value: object, fmt: str, unit: str = "") -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "–"
-    return format(value, fmt) + unit
-

@@ -9,7 +9,9 @@ The runner, not the system, owns what must be identical across systems for a com
 * **timing**: ``init_time_s`` is ``setup``; an iteration's ``iter_time_s`` is ``train_step`` alone
   (``time.perf_counter``), fetching the batch is timed apart as ``data_time_s`` (the paper's
   prototype pre-loaded its batches, so loading is not iteration time), and so is producing the
-  batches a system reads ahead (``System.reads_ahead``, :class:`ReadAhead`);
+  batches a system reads ahead (``System.reads_ahead``, :class:`ReadAhead`); the CPU every
+  process spent in the timed steps is counted by kind (``bagpipe.core.roles.cpu.CpuTally``), since
+  on a shared machine a helper role's CPU is a trainer's lost time;
 * **system stats**: ``system.stats()`` is kept whole in ``RunResult.stats``; its numeric values
   also enter the summary as ``system_<key>``;
 * **evaluation**: every ``eval_every`` steps and after the last step, by the same
@@ -45,7 +47,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -65,6 +67,7 @@ from bagpipe.core.interface import PhaseInfo, System, TrainContext
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
 from bagpipe.core.net.report import NetworkReport
 from bagpipe.core.roles import last_network_report
+from bagpipe.core.roles.cpu import CpuTally
 from bagpipe.core.source import BatchSource
 from bagpipe.harness.run.evaluate import Evaluator, base_rate_logloss
 from bagpipe.harness.run.readahead import ReadAhead
@@ -279,6 +282,7 @@ class _TrainingLoop:
     checkpoints: CheckpointStore | None
     stop_requested: Callable[[], bool] | None
     records: list[StepRecord] = field(default_factory=list, init=False)
+    cpu: CpuTally = field(default_factory=CpuTally, init=False)  # the timed steps' CPU
     eval_wall_s: float = field(default=0.0, init=False)
     checkpoint_wall_s: float = field(default=0.0, init=False)
     total_wall_s: float = field(default=0.0, init=False)
@@ -295,9 +299,11 @@ class _TrainingLoop:
         """Train batch ``step``, keep and report its metrics; return them."""
         data_start = time.perf_counter()
         batch = self.source.prepare(step)
-        step_start = time.perf_counter()
-        out = self.system.train_step(step, batch)
-        iter_time_s = time.perf_counter() - step_start
+        timed = len(self.result.steps) >= self.cfg.warmup_steps
+        with self.cpu.window() if timed else nullcontext():
+            step_start = time.perf_counter()
+            out = self.system.train_step(step, batch)
+            iter_time_s = time.perf_counter() - step_start
         loss = float(out.loss)
         metrics = {
             "step": float(step),
@@ -355,7 +361,10 @@ class _TrainingLoop:
 
     def summary(self, init_time_s: float, first_step: int) -> dict[str, float]:
         """:func:`summarize`'s figures, the wall times of setup, training, evaluation and
-        checkpoints, and the numeric system stats as ``system_<key>``."""
+        checkpoints, the numeric system stats as ``system_<key>``, and the CPU seconds per timed
+        step of a trainer, of the other roles together and of the driver
+        (``per_iter_{trainer,helpers,driver}_cpu_s``, :class:`CpuTally`; NaN if no step was
+        past the warm-up)."""
         result = self.result
         summary = summarize(result.steps, self.records, result.evals, self.cfg,
                             self.source.batch_size)
@@ -367,6 +376,8 @@ class _TrainingLoop:
             first_step=float(first_step),
             reorders_samples=float(result.reorders_samples),
         )
+        summary.update((f"per_iter_{key}", value)
+                       for key, value in self.cpu.per_window().items())
         summary.update(
             (f"system_{key}", float(value))
             for key, value in result.stats.items()

@@ -42,7 +42,8 @@ def sweep_jobs(config: DictConfig) -> list[list[str]]:
     overrides = OverridesParser.create().parse_overrides(arguments)
     (jobs,) = BasicSweeper.split_arguments(overrides, max_batch_size=None)
     if "block_key" in sweeper:
-        return interleaved_blocks(jobs, str(sweeper.block_key), int(sweeper.order_seed))
+        return interleaved_blocks(jobs, str(sweeper.block_key), int(sweeper.order_seed),
+                                  str(sweeper.get("pair_key", "model")))
     return jobs
 
 

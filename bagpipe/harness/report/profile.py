@@ -1,0 +1,92 @@
+"""Where an iteration's time and CPU went, per (model, system): the profile that explains a speedup.
+
+Two cores run every role of a system here, so a system can be slower for a reason the target
+cluster does not have: its helper roles (servers, the oracle) and its trainers' background threads
+take CPU that its trainers' forward and backward then wait for. The runs record, per timed step,
+the CPU seconds of a trainer, of every other role together and of the driver
+(``per_iter_{trainer,helpers,driver}_cpu_s``, ``bagpipe.core.roles.cpu.CpuTally``), and trainer 0's
+phases. This section sets them side by side:
+
+* **cores busy**: (trainers x a trainer's CPU + the helpers' + the driver's) / iteration time; at 2
+  the machine was saturated, and every helper CPU second was a trainer's lost second;
+* **forward + backward vs the reference**: trainer 0's forward + backward against the reference
+  system's in the same block (geometric mean over blocks), the CPU-share check of the issue that
+  set the rules (goal: within 15%). In a system that all-reduces rows in backward (Bagpipe's
+  sync-now rows, FAE's hot rows) it also holds that network time, so read it beside the bytes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from bagpipe.harness.report.cells import cell, column_mean
+from bagpipe.harness.track.sweeps import MODEL_ORDER, SYSTEM_ORDER, in_order
+
+CPU_COLUMNS = ("per_iter_trainer_cpu_s", "per_iter_helpers_cpu_s", "per_iter_driver_cpu_s")
+#: Trainer 0's phases that hold a step's dense work (TorchRec's pipeline times none of them).
+COMPUTE_PHASES = ("time_forward_s", "time_backward_s")
+
+
+def profile_lines(frame: pd.DataFrame, reference: str) -> list[str]:
+    """The markdown section; says so where the runs did not record their CPU."""
+    lines = ["## Where the time and the CPU went", ""]
+    done = frame[frame["status"] == "FINISHED"]
+    if done.empty or not set(CPU_COLUMNS) <= set(done) or done[list(CPU_COLUMNS)].isna().all().all():
+        return [*lines, "* The runs did not record their CPU per iteration (older runs).", ""]
+    lines += [
+        "Per timed iteration, means over blocks (`bagpipe/harness/report/profile.py`):", "",
+        f"| model | system | iter ms | a trainer's CPU ms | helpers' CPU ms | driver CPU ms | "
+        f"cores busy | forward + backward ms | vs {reference} (same block) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    compute = _compute_ratios(done, reference)
+    for (model, system), group in _ordered_groups(done):
+        trainers = pd.to_numeric(group["trainers"], errors="coerce").mean() if "trainers" in group \
+            else math.nan
+        iter_s, trainer_s, helpers_s, driver_s = (
+            column_mean(group, c) for c in ("iter_time_mean_s", *CPU_COLUMNS))
+        busy = (trainers * trainer_s + helpers_s + driver_s) / iter_s if iter_s > 0 else math.nan
+        fwd_bwd_s = sum(column_mean(group, c) for c in COMPUTE_PHASES)
+        ratio = compute.get((str(model), str(system)), math.nan)
+        lines.append(
+            f"| {model} | {system} | {_ms(iter_s)} | {_ms(trainer_s)} | {_ms(helpers_s)} | "
+            f"{_ms(driver_s)} | {cell(busy, '.2f')} | {_ms(fwd_bwd_s) if fwd_bwd_s > 0 else '–'} | "
+            f"{cell(ratio, '.2f', 'x')} |"
+        )
+    return [*lines, ""]
+
+
+def _compute_ratios(done: pd.DataFrame, reference: str) -> dict[tuple[str, str], float]:
+    """Per (model, system): geometric mean over blocks (seeds) of trainer 0's forward + backward
+    over the reference's in the same block; absent where either recorded none."""
+    if not set(COMPUTE_PHASES) <= set(done):
+        return {}
+    fwd_bwd = done.assign(fwd_bwd_s=sum(pd.to_numeric(done[c], errors="coerce")
+                                        for c in COMPUTE_PHASES))
+    by_block = fwd_bwd.pivot_table(index=["model", "seed"], columns="system", values="fwd_bwd_s")
+    if reference not in by_block:
+        return {}
+    ratios: dict[tuple[str, str], float] = {}
+    for system in by_block.columns:
+        logs = (by_block[system] / by_block[reference]).map(
+            lambda r: math.log(r) if r > 0 and math.isfinite(r) else math.nan)
+        for model, values in logs.groupby(level="model"):
+            values = values.dropna()
+            if len(values):
+                ratios[(str(model), str(system))] = math.exp(float(values.mean()))
+    return ratios
+
+
+def _ordered_groups(done: pd.DataFrame) -> list[tuple[tuple[object, object], pd.DataFrame]]:
+    models = in_order(done["model"], MODEL_ORDER)
+    systems = in_order(done["system"], SYSTEM_ORDER)
+    groups = dict(iter(done.groupby(["model", "system"], sort=False)))
+    return [((m, s), groups[(m, s)]) for m in models for s in systems if (m, s) in groups]
+
+
+def _ms(seconds: float) -> str:
+    return cell(1000 * seconds, ".1f")
+
+
