@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from bagpipe.core.net import Topology
 from bagpipe.harness.report.costmodel import Workload, predict
 from bagpipe.harness.report.fig7 import summary_table
+from bagpipe.harness.report.head_to_head import head_to_head_lines
 from bagpipe.harness.report.profile import profile_lines
 from bagpipe.harness.run.evaluate import base_rate_logloss
 from bagpipe.harness.run.train import _flat_params
@@ -166,3 +167,18 @@ def test_the_profile_shows_each_systems_cpu_and_its_compute_against_the_referenc
     assert cells[8] == f"{math.sqrt(1.2 * 1.2):.2f}x"  # 36/30 and 60/50
     without = profile_lines(runs_frame([_record("sync_ps", 0.04)]), "sync_ps")
     assert any("did not record their CPU" in line for line in without)
+
+
+def test_bagpipe_stands_against_every_baseline_paired_within_blocks() -> None:
+    """baseline time / Bagpipe's per block, geometric mean and interval; HET with its AUC."""
+    records = [
+        _record(system, seconds * scale, seed=seed)
+        for seed, scale in ((0, 1.0), (1, 1.1), (2, 0.9))
+        for system, seconds in (("sync_ps", 0.05), ("fae", 0.06), ("torchrec", 0.03),
+                                ("het", 0.04), ("bagpipe", 0.04))
+    ]
+    lines = head_to_head_lines(runs_frame(records))
+    assert lines[lines.index("| model | vs sync_ps | vs fae | vs torchrec | vs het |") + 2] == (
+        "| dlrm | 1.25x [1.25, 1.25] faster | 1.50x [1.50, 1.50] faster | "
+        "0.75x [0.75, 0.75] slower | 1.00x [1.00, 1.00] within noise; AUC 0.7000 vs 0.7000 |")
+    assert head_to_head_lines(runs_frame([_record("sync_ps", 0.05)])) == []

@@ -9,7 +9,8 @@ MLflow store (``--from-mlflow``), or a tidy CSV written earlier (``--csv``), and
 * ``reports/fig7.png``: per-model iteration time and speedup by system, error bars over seeds;
 * ``reports/fig7.md``: the table (each measured speedup beside the cost model's projection for
   the same dilated network, and whether every run's logloss beats the base rate), the paper's
-  claim beside ours, the regime the runs ran in, where the time and the CPU went
+  claim beside ours, Bagpipe against each baseline paired within blocks
+  (:mod:`bagpipe.harness.report.head_to_head`), the regime the runs ran in, where the time and the CPU went
   (:mod:`bagpipe.harness.report.profile`), the checks Bagpipe's runs must pass, how our
   setting differs, and which machine and commit produced it.
 
@@ -26,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from bagpipe.harness.report.cells import cell, column_mean
+from bagpipe.harness.report.head_to_head import head_to_head_lines
 from bagpipe.harness.report.loading import (
     RunsTable,
     UncleanResultsError,
@@ -239,6 +241,7 @@ def markdown(frame: pd.DataFrame, table: pd.DataFrame, reference: str, figure: P
         )
     lines += ["", "## The paper's claim beside ours", "", f"* Paper: {PAPER_CLAIM}.",
               f"* Ours: {_our_claim(table)}", "",
+              *head_to_head_lines(frame),
               *_regime_lines(frame, table, reference),
               *profile_lines(frame, reference),
               *_check_lines(checks or [], table),
