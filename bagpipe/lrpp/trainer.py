@@ -18,9 +18,10 @@ Critical path of step ``n`` (``train_step``)::
 
 Background, one thread (``bagpipe-rounds``): round ``r`` starts when step ``(r-1)*ci`` starts and runs
 evict -> write back own share -> (server-side read-after-write barrier) -> prefetch -> install.
-It and its shard calls run below the training thread's CPU priority
+It and its shard calls (their own pool) run below the training thread's CPU priority
 (``bagpipe.core.runtime.run_in_background``, the rule for every system's background threads): on
-the target they use the host's spare cores while the GPU computes.
+the target they use the host's spare cores while the GPU computes. A fetch on the critical path
+(``prefetch=False``) goes through a pool at the step's priority.
 An error there (a peer died) stops the rounds; the next step that waits for a round raises it, so
 the failure reaches the driver as the step's, and a replacement can salvage this trainer's rows.
 
@@ -232,7 +233,8 @@ class BagpipeTrainer:
         #: log_updates: per round not yet done everywhere, the fresh rows this trainer evicted
         #: that a peer writes back (``(ids, rows)``; guarded by ``_round_cond``).
         self._evicted_replicas: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._shard_pool = ThreadPoolExecutor(max_workers=len(servers), thread_name_prefix="shard",
+        self._shard_pool = ThreadPoolExecutor(max_workers=len(servers), thread_name_prefix="shard")
+        self._round_pool = ThreadPoolExecutor(max_workers=len(servers), thread_name_prefix="round",
                                               initializer=runtime.run_in_background)
         self._thread = runtime.start_thread(self._run_rounds, f"bagpipe-rounds-{index}",
                                             background=True)
@@ -345,7 +347,8 @@ class BagpipeTrainer:
             self._round_cond.notify_all()
         self._thread.join(timeout=5.0)
         # A round blocked on a server barrier (a peer failed) must not hold up the shutdown.
-        self._shard_pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (self._shard_pool, self._round_pool):
+            pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ critical-path helpers
     def _log_entry(self, singletons: torch.Tensor) -> LogEntry | None:
@@ -430,7 +433,7 @@ class BagpipeTrainer:
             replicas = self.cache.fresh(plan.evict[plan.writeback_owner != self.index])
         rows, dropped = self.cache.evict(plan.evict, writeback=mine)
         parts = self.layout.split(mine)
-        list(self._shard_pool.map(
+        list(self._round_pool.map(
             lambda s: self._write_back(s, plan.round_index, mine[parts[s]], rows[parts[s]]),
             range(len(self.servers)),
         ))
@@ -476,7 +479,8 @@ class BagpipeTrainer:
         (``background``: the round thread's prefetch, copied to the device off the step's stream)."""
         parts = self.layout.split(ids)
         fetched = torch.empty(ids.numel(), self.cache.dim)
-        shard_rows = self._shard_pool.map(
+        pool = self._round_pool if background else self._shard_pool
+        shard_rows = pool.map(
             lambda s: self._fetch(s, round_index, ids[parts[s]]), range(len(self.servers))
         )
         for pos, got in zip(parts, shard_rows, strict=True):

@@ -130,8 +130,13 @@ class HetTrainer(ParameterServerTrainer):
         )
         self.dim = dim
         self.layout = ShardLayout(len(servers))
-        self._channel = ThreadPoolExecutor(max_workers=1, thread_name_prefix="het-channel",
-                                           initializer=runtime.run_in_background)
+        # Behind the step only with prefetch in asp mode; otherwise a step waits for its pulls
+        # (and, in bsp, its pushes), and critical-path work keeps the step's priority.
+        behind = settings.mode == "asp" and settings.prefetch
+        self._channel = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="het-channel",
+            initializer=runtime.run_in_background if behind else None,
+        )
         self._prefetched: tuple[PullRequest, Future[PullReply]] | None = None
         self._last_push: Future[None] | None = None
 

@@ -22,6 +22,7 @@ import math
 import pandas as pd
 
 from bagpipe.harness.report.cells import cell, column_mean
+from bagpipe.harness.report.paired import paired_speedup
 from bagpipe.harness.track.sweeps import MODEL_ORDER, SYSTEM_ORDER, in_order
 
 CPU_COLUMNS = ("per_iter_trainer_cpu_s", "per_iter_helpers_cpu_s", "per_iter_driver_cpu_s")
@@ -70,12 +71,10 @@ def _compute_ratios(done: pd.DataFrame, reference: str) -> dict[tuple[str, str],
         return {}
     ratios: dict[tuple[str, str], float] = {}
     for system in by_block.columns:
-        logs = (by_block[system] / by_block[reference]).map(
-            lambda r: math.log(r) if r > 0 and math.isfinite(r) else math.nan)
-        for model, values in logs.groupby(level="model"):
-            values = values.dropna()
-            if len(values):
-                ratios[(str(model), str(system))] = math.exp(float(values.mean()))
+        for model, values in (by_block[system] / by_block[reference]).groupby(level="model"):
+            paired = paired_speedup(values.dropna().tolist())
+            if paired.blocks:
+                ratios[(str(model), str(system))] = paired.speedup
     return ratios
 
 
@@ -88,5 +87,3 @@ def _ordered_groups(done: pd.DataFrame) -> list[tuple[tuple[object, object], pd.
 
 def _ms(seconds: float) -> str:
     return cell(1000 * seconds, ".1f")
-
-
