@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,9 @@ from bagpipe.core import runtime
 from bagpipe.core.batch import Batch
 from bagpipe.core.interface import ModelState, PhaseInfo, StepResult, TrainContext
 from bagpipe.core.meter import LinkKind, Phase
+from bagpipe.harness.run import leftovers
 from bagpipe.harness.run.evaluate import evaluate, roc_auc
+from bagpipe.harness.run.leftovers import LeftoverWorkError
 from bagpipe.harness.run.runner import EvalPoint, RunConfig, RunResult, run_training
 from bagpipe.models import ReferenceModel
 from bagpipe.training.local import LocalSystem
@@ -160,6 +163,50 @@ def test_close_is_called_even_when_a_step_fails(tiny_context: ContextFactory) ->
         run_training(system, tiny_context(), source, RunConfig(5, 1, progress=False), [recorder])
     assert system.closed == 1
     assert ("end", 2) not in recorder.events and recorder.events[-1][0] == "eval"
+
+
+class LeavesAThread(LocalSystem):
+    """LocalSystem with a background thread that its ``close`` stops, or (``stops=False``) not."""
+
+    name = "leaves_a_thread"
+
+    def __init__(self, stops: bool) -> None:
+        super().__init__()
+        self.stops = stops
+        self.stop = threading.Event()
+        self.worker = threading.Thread(target=self.stop.wait, name="leftover-worker", daemon=True)
+
+    def setup(self, ctx: TrainContext) -> None:
+        super().setup(ctx)
+        self.worker.start()
+
+    def close(self) -> None:
+        if self.stops:
+            threading.Timer(0.05, self.stop.set).start()  # ends a moment after close returns
+
+
+@pytest.mark.parametrize("stops", [True, False])
+def test_a_run_that_leaves_a_thread_running_fails(
+    tiny_context: ContextFactory, monkeypatch: pytest.MonkeyPatch, stops: bool
+) -> None:
+    """Runs sharing a process (the in-process launcher) must not share the CPU with an earlier
+    run's threads: a thread still alive after the grace period fails the run; one that ends
+    within it does not."""
+    monkeypatch.setattr(leftovers, "GRACE_S", 0.5)
+    system, recorder = LeavesAThread(stops), Recorder()
+    source = TinySource(TINY_SCHEMA, batch_size=8, num_batches=1, seed=1)
+    try:
+        if stops:
+            run_training(system, tiny_context(), source, RunConfig(2, 0, progress=False), [recorder])
+            assert recorder.events[-1] == ("end", 2)
+        else:
+            with pytest.raises(LeftoverWorkError, match=r"'leaves_a_thread' left thread "
+                                                        r"'leftover-worker' running"):
+                run_training(system, tiny_context(), source, RunConfig(2, 0, progress=False),
+                             [recorder])
+    finally:
+        system.stop.set()
+        system.worker.join()
 
 
 def test_training_on_local_improves_auc(tiny_context: ContextFactory) -> None:

@@ -70,6 +70,7 @@ from bagpipe.core.roles import last_network_report
 from bagpipe.core.roles.cpu import CpuTally
 from bagpipe.core.source import BatchSource
 from bagpipe.harness.run.evaluate import Evaluator, base_rate_logloss
+from bagpipe.harness.run.leftovers import RunningWork, refuse_leftovers
 from bagpipe.harness.run.readahead import ReadAhead
 
 
@@ -197,10 +198,15 @@ def run_training(
     says yes, the runner saves a checkpoint at that step boundary (if it has a store and did not
     just save one) and raises :class:`Preempted`, so a requeued job resumes exactly there.
 
-    Errors from the system propagate after ``close``; ``on_run_end`` is then not called.
+    Errors from the system propagate after ``close``; ``on_run_end`` is then not called. A run
+    that completed but left a thread or process running after ``close`` raises
+    :class:`~bagpipe.harness.run.leftovers.LeftoverWorkError` (after ``on_run_end``: the system is
+    still open there, and only ``close`` can show what outlives it): runs that share a process
+    would share the CPU with it.
     """
     result = RunResult(reorders_samples=type(system).reorders_samples)
     last_network_report()  # forget any earlier run's
+    running_before, completed = RunningWork.now(), False
     threads = torch.get_num_threads()
     torch.set_num_threads(cfg.torch_threads)
     try:
@@ -219,11 +225,14 @@ def run_training(
         result.stats = {**system.stats(), "state_devices": system.state_devices()}
         result.summary = loop.summary(init_time_s, first_step)
         notify(callbacks, "on_run_end", result)
+        completed = True
         return result
     finally:
         system.close()
         torch.set_num_threads(threads)
         _add_network_report(result)
+        if completed:  # after an error, that error is the one to see
+            refuse_leftovers(type(system).name, running_before)
 
 
 def _add_network_report(result: RunResult) -> None:
