@@ -11,6 +11,7 @@ import dataclasses
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
@@ -19,6 +20,7 @@ from bagpipe.harness.report.costmodel import Workload, predict
 from bagpipe.harness.report.fig7 import summary_table
 from bagpipe.harness.report.head_to_head import head_to_head_lines
 from bagpipe.harness.report.profile import profile_lines
+from bagpipe.harness.report.regime import window_checks
 from bagpipe.harness.run.evaluate import base_rate_logloss
 from bagpipe.harness.run.train import _flat_params
 from bagpipe.harness.track.record import RunRecord
@@ -107,6 +109,15 @@ def test_bagpipe_without_write_backs_in_its_timed_window_is_refused(
     assert "evictions in the timed window (`per_iter_rows_evicted`) = 3 rows/iteration: PASS" in page
     assert "* Topology: tiny (tag `cluster`); trainers: 2;" in page
     assert "* dlrm: time to target = time to AUC 0.65 (`run.target_auc`" in page
+
+
+def test_a_check_names_the_dilation_scale_of_runs_off_d() -> None:
+    """fig7_dilation's runs share fig7's run names: their checks say at which d they ran."""
+    frame = pd.DataFrame({"system": ["bagpipe"] * 3, "status": ["FINISHED"] * 3,
+                          "run_name": ["bagpipe-dlrm-s0"] * 3, "dilation.scale": [1.0, 0.5, 2.0],
+                          "per_iter_rows_evicted": [3.0] * 3})
+    runs = {check.run for check in window_checks(frame)}
+    assert runs == {"bagpipe-dlrm-s0", "bagpipe-dlrm-s0 at 0.5 d", "bagpipe-dlrm-s0 at 2 d"}
 
 
 def test_the_page_says_whether_each_model_beats_the_base_rate(tmp_path: Path) -> None:

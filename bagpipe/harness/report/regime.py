@@ -213,8 +213,16 @@ def dilation_lines(frame: pd.DataFrame, by: str) -> list[str]:
 def window_checks(frame: pd.DataFrame) -> list[Check]:
     """:data:`WINDOW_CHECKS` for every finished Bagpipe run."""
     runs = frame[(frame["system"] == "bagpipe") & (frame["status"] == "FINISHED")]
-    return [Check(str(row["run_name"]), name, column, _number(row, column))
+    return [Check(_run_label(row), name, column, _number(row, column))
             for row in runs.to_dict("records") for name, column in WINDOW_CHECKS.items()]
+
+
+def _run_label(row: Mapping[Any, Any]) -> str:
+    """The run's name, and its dilation's scale where that is not 1: fig7_dilation's runs at d/2
+    and 2d carry the same names as fig7's at d."""
+    scale = _number(row, "dilation.scale")
+    name = str(row["run_name"])
+    return name if scale is None or scale == 1.0 else f"{name} at {scale:g} d"
 
 
 def require_passed(checks: list[Check], what: str) -> None:
