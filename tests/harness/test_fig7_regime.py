@@ -180,6 +180,18 @@ def test_the_profile_shows_each_systems_cpu_and_its_compute_against_the_referenc
     assert any("did not record their CPU" in line for line in without)
 
 
+def test_the_profile_sets_server_traffic_beside_the_trainers_collectives() -> None:
+    """Rows pulled + pushed against all-reduce and all-to-all bytes, MB per iteration."""
+    cpu = {"per_iter_trainer_cpu_s": 0.03, "per_iter_helpers_cpu_s": 0.01,
+           "per_iter_driver_cpu_s": 0.002}
+    records = [_record(system, 0.04, **cpu, **{f"bytes_per_iter_{link}": value
+                                               for link, value in BYTES[system].items()})
+               for system in ("sync_ps", "torchrec")]
+    lines = profile_lines(runs_frame(records), "sync_ps")
+    assert "| dlrm | sync_ps | 8.00 | 0.10 | – |" in lines  # no all-to-all recorded
+    assert "| dlrm | torchrec | – | 0.10 | 1.00 |" in lines
+
+
 def test_bagpipe_stands_against_every_baseline_paired_within_blocks() -> None:
     """baseline time / Bagpipe's per block, geometric mean and interval; HET with its AUC."""
     records = [

@@ -13,6 +13,11 @@ phases. This section sets them side by side:
   system's in the same block (geometric mean over blocks), the CPU-share check of the issue that
   set the rules (goal: within 15%). In a system that all-reduces rows in backward (Bagpipe's
   sync-now rows, FAE's hot rows) it also holds that network time, so read it beside the bytes.
+
+A second table gives those bytes: what every role together sent per timed iteration, as the
+ledger booked it (``bytes_per_iter_<link>``). A cache trades rows pulled from and pushed to the
+embedding servers (their NICs) for collectives among the trainers (theirs); where the trainers'
+dense all-reduce already fills their NICs, the trade can cost as much as it saves.
 """
 
 from __future__ import annotations
@@ -28,6 +33,12 @@ from bagpipe.harness.track.sweeps import MODEL_ORDER, SYSTEM_ORDER, in_order
 CPU_COLUMNS = ("per_iter_trainer_cpu_s", "per_iter_helpers_cpu_s", "per_iter_driver_cpu_s")
 #: Trainer 0's phases that hold a step's dense work (TorchRec's pipeline times none of them).
 COMPUTE_PHASES = ("time_forward_s", "time_backward_s")
+#: The traffic table's columns: each a heading and the ``bytes_per_iter_<link>`` columns it sums.
+TRAFFIC_COLUMNS = {
+    "embedding rows pulled + pushed MB": ("bytes_per_iter_emb_pull", "bytes_per_iter_emb_push"),
+    "all-reduce MB": ("bytes_per_iter_allreduce",),
+    "all-to-all MB": ("bytes_per_iter_alltoall",),
+}
 
 
 def profile_lines(frame: pd.DataFrame, reference: str) -> list[str]:
@@ -56,6 +67,21 @@ def profile_lines(frame: pd.DataFrame, reference: str) -> list[str]:
             f"{_ms(driver_s)} | {cell(busy, '.2f')} | {_ms(fwd_bwd_s) if fwd_bwd_s > 0 else '–'} | "
             f"{cell(ratio, '.2f', 'x')} |"
         )
+    return [*lines, "", *_traffic_lines(done)]
+
+
+def _traffic_lines(done: pd.DataFrame) -> list[str]:
+    """Per (model, system): :data:`TRAFFIC_COLUMNS`, means over blocks; nothing where the runs
+    recorded no bytes."""
+    if not any(c in done for columns in TRAFFIC_COLUMNS.values() for c in columns):
+        return []
+    lines = ["What crossed the network per timed iteration, every role together (MB):", "",
+             f"| model | system | {' | '.join(TRAFFIC_COLUMNS)} |",
+             "|---|---|" + "---|" * len(TRAFFIC_COLUMNS)]
+    for (model, system), group in _ordered_groups(done):
+        sums = [sum(column_mean(group, c) for c in columns if c in group) / 1e6
+                for columns in TRAFFIC_COLUMNS.values()]
+        lines.append(f"| {model} | {system} | {' | '.join(cell(v, '.2f') for v in sums)} |")
     return [*lines, ""]
 
 
