@@ -288,9 +288,10 @@ class BagpipeTrainer:
             self._applied_step = step
             entry = self._log_entry(mine)
         if design.sync_later:  # the same on every trainer, so the collectives stay in step
-            later_here = move(plan.sync_later, self.device, meter)
-            later = scatter_rows(later_here, unique_here, grads.row_grads)
-            self._pending_later = (plan.sync_later, collectives.allreduce_async(later))
+            with meter.phase(Phase.SYNC):  # gathering and issuing it is sync work, as waiting is
+                later_here = move(plan.sync_later, self.device, meter)
+                later = scatter_rows(later_here, unique_here, grads.row_grads)
+                self._pending_later = (plan.sync_later, collectives.allreduce_async(later))
             meter.count("allreduce_bytes_later", float(runtime.nbytes(later)))
         if self.index == 0:  # global-batch counts: once, so the sum over trainers is the count
             meter.count("rows_sync_now", float(plan.sync_now.numel()))
