@@ -218,11 +218,11 @@ class HetTrainer(ParameterServerTrainer):
         with meter.phase(Phase.OPTIMIZER):
             sgd_dense_(self.model, self.optim.dense_lr)
             push = self.cache.update(keys, -self.optim.embedding_lr * grads.row_grads)
-        if self._last_push is not None:
-            self._last_push.result()  # surface a failed earlier push
-        self._last_push = self._send_push(push)
-        if self.settings.mode == "bsp":
-            with meter.phase(Phase.SYNC):
+        with meter.phase(Phase.SYNC):  # sending the push is sync work, as waiting for it is
+            if self._last_push is not None:
+                self._last_push.result()  # surface a failed earlier push
+            self._last_push = self._send_push(push)
+            if self.settings.mode == "bsp":
                 self._last_push.result()
         for trigger, rows in push.rows_by_trigger.items():
             meter.count(f"het_push_rows_{trigger}", rows)

@@ -105,3 +105,17 @@ def test_bsp_with_bound_0_and_evictions_equals_local(policy: str) -> None:
     # the trainers share rows: reads saw the other trainer's pushes and were refreshed
     assert sum(stats["het_staleness_hist"][1:]) > 0
     assert stats["het_evictions_dirty"] == 0  # bound 0: every line is pushed after every step
+
+
+@pytest.mark.parametrize("mode", ["asp", "bsp"])
+def test_sending_a_push_is_timed_as_sync_in_either_mode(mode: str) -> None:
+    """The same rule as sync_ps's pushes and Bagpipe's sync-later all-reduce: a step's push is sync
+    work whether the step waits for it (bsp) or only sends it (asp), never unexplained time."""
+    het = HET(num_trainers=2, num_servers=2, bound=2, mode=mode, cache_rows_per_table=3)
+    ctx = _context(halved=False)
+    het.setup(ctx)
+    try:
+        records = [het.train_step(step, ctx.source[step]).record for step in range(STEPS)]
+    finally:
+        het.close()
+    assert all(record.phase_s.get("sync", 0.0) > 0 for record in records)
