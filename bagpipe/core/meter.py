@@ -31,7 +31,14 @@ class LinkKind(StrEnum):
 
 
 class Phase(StrEnum):
-    """Where the wall time of one iteration goes (the paper's breakdown)."""
+    """Where the wall time of one iteration goes (the paper's breakdown).
+
+    One rule for every system, so that forward + backward is the same dense work everywhere (the
+    CPU-share check compares it): getting a step's rows, deduplicating its ids and reading them
+    from the servers, a cache or a replica, is ``fetch_wait``; waiting for a collective or a push,
+    DDP's wait at backward's end included (``bagpipe.training.step.backward_timing_sync``), is
+    ``sync``.
+    """
 
     DATA = "data"
     FETCH_WAIT = "fetch_wait"

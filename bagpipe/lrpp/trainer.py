@@ -261,7 +261,7 @@ class BagpipeTrainer:
             with meter.phase(Phase.FETCH_WAIT):
                 self._fetch_on_demand(step, planned)
         plan = reclassify(planned, design)
-        with meter.phase(Phase.FORWARD):
+        with meter.phase(Phase.FETCH_WAIT):  # getting the step's rows, as every system times it
             unique, inverse = unique_rows(ids + self.offsets)
             rows, hits, misses = self.cache.read_for_step(unique)  # on this trainer's device
             unique_here = move(unique, self.device, meter)

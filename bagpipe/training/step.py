@@ -19,12 +19,14 @@ Conventions (every system follows them; the equivalence tests rely on them):
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd import Variable
 from torch.nn.parallel import DistributedDataParallel
 
 from bagpipe.core.collectives import FusedTail, ddp_hook
@@ -79,7 +81,8 @@ def forward_backward(
     fuse: FusedTail | None = None,
     extra: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> SliceGradients:
-    """Forward and backward of one slice, charging ``forward`` and ``backward`` on ``meter``.
+    """Forward and backward of one slice, charging ``forward``, ``backward`` and the wait for the
+    dense all-reduce at backward's end as ``sync`` on ``meter`` (:func:`backward_timing_sync`).
 
     ``model`` is the dense part, usually wrapped in ``DistributedDataParallel`` (its gradients are
     then summed over the trainers during backward). ``rows`` are the fetched rows (not modified);
@@ -105,11 +108,41 @@ def forward_backward(
     with meter.phase(Phase.FORWARD):
         logits = model(dense, pooled_from_rows(leaf, inverse))
         loss = slice_loss(logits, labels, global_batch_size)
+    backward_timing_sync(loss, meter)
     with meter.phase(Phase.BACKWARD):
-        loss.backward()
         assert leaf.grad is not None
         row_grads = move(leaf.grad, rows.device, meter)
     return SliceGradients(loss=float(loss.detach()), row_grads=row_grads)
+
+
+def backward_timing_sync(loss: torch.Tensor, meter: Meter) -> None:
+    """``loss.backward()``, its wall time split where the graph's own compute ended: the time
+    before charged as ``backward``, the time after as ``sync``.
+
+    DDP waits for its buckets' all-reduce inside ``backward()`` (its reducer's final callback), so
+    a replica's backward wall time holds the network time of the dense synchronisation, and of any
+    rows riding in its last bucket (:class:`~bagpipe.core.collectives.FusedTail`). Charging that
+    wait as sync, by this one rule for every system, keeps ``backward`` the dense work that is the
+    same everywhere: what the CPU-share check compares across systems. The split is an autograd
+    final callback queued from the graph's first node, so it runs before DDP's (queued once a
+    parameter's gradient is ready), as soon as the last gradient is computed. Without a
+    collective, the sync share is the few microseconds between the two callbacks.
+    """
+    computed: list[float] = []
+
+    def queue_mark(grad: torch.Tensor) -> None:
+        Variable._execution_engine.queue_callback(lambda: computed.append(time.perf_counter()))
+
+    handle = loss.register_hook(queue_mark)
+    started = time.perf_counter()
+    try:
+        loss.backward()
+    finally:
+        handle.remove()
+    ended = time.perf_counter()
+    split = computed[0] if computed else ended
+    meter.add_phase_time(Phase.BACKWARD, split - started)
+    meter.add_phase_time(Phase.SYNC, ended - split)
 
 
 def replicate_dense(model: nn.Module, fuse: FusedTail | None = None) -> DistributedDataParallel:

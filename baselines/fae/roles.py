@@ -86,15 +86,18 @@ class FaeTrainer(ParameterServerTrainer):
     ) -> tuple[float, StepRecord]:
         """One step on this trainer's slice in the current mode (``ids``: global ``[b, F]``)."""
         meter = runtime.current().meter
-        keys, inverse = unique_rows(ids)
+        with meter.phase(Phase.FETCH_WAIT):  # getting the step's rows, as every system times it
+            keys, inverse = unique_rows(ids)
         if self.mode == HOT:
-            slots = self.slot_of[move(keys, self.device, meter)]
-            if bool((slots < 0).any()):
-                raise RuntimeError("fae: a hot step looked up a row outside the hot set")
+            with meter.phase(Phase.FETCH_WAIT):
+                slots = self.slot_of[move(keys, self.device, meter)]
+                if bool((slots < 0).any()):
+                    raise RuntimeError("fae: a hot step looked up a row outside the hot set")
+                rows = self.replica[slots]
             grads = forward_backward(
                 self.ddp_model,
                 dense,
-                self.replica[slots],
+                rows,
                 inverse,
                 labels,
                 self.global_batch_size,

@@ -206,12 +206,14 @@ class HetTrainer(ParameterServerTrainer):
     ) -> tuple[float, StepRecord]:
         """One step on this trainer's slice (``ids`` are global row ids ``[b, F]``)."""
         meter = runtime.current().meter
-        keys, inverse = unique_rows(ids)
+        with meter.phase(Phase.FETCH_WAIT):  # getting the step's rows, as every system times it
+            keys, inverse = unique_rows(ids)
         misses_before, lookups_before = self.cache.stats["misses"], self.cache.stats["lookups"]
         values = self._read(keys)
         if ahead is not None and self.settings.mode == "asp" and self.settings.prefetch:
-            request = self.cache.request(torch.unique(ahead.ids))
-            self._prefetched = (request, self._send_pull(request))
+            with meter.phase(Phase.FETCH_WAIT):  # issuing the next step's pull is fetch work
+                request = self.cache.request(torch.unique(ahead.ids))
+                self._prefetched = (request, self._send_pull(request))
         grads = forward_backward(
             self.ddp_model, dense, values, inverse, labels, self.global_batch_size, meter
         )

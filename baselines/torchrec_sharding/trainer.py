@@ -51,7 +51,7 @@ from bagpipe.core.meter import Phase, StepRecord
 from bagpipe.core.roles import Rendezvous
 from bagpipe.models import RecModel, table_dim
 from bagpipe.training.start import start_dense_model, start_tables
-from bagpipe.training.step import bce_loss_sum
+from bagpipe.training.step import backward_timing_sync, bce_loss_sum
 from baselines.torchrec_sharding.layout import (
     rank_load,
     table_layouts,
@@ -269,7 +269,7 @@ class TorchRecTrainer:
                 loss, (bce_sum, _) = self.dmp(move_batch(batch, self.device, meter))
             with meter.phase(Phase.BACKWARD):
                 self.optimizer.zero_grad()
-                loss.backward()
+            backward_timing_sync(loss, meter)  # DDP's wait for the dense all-reduce is sync
             with meter.phase(Phase.OPTIMIZER):
                 self.optimizer.step()
         else:

@@ -18,6 +18,8 @@ The staleness bound itself, with trainers that do share rows, is checked at the 
 from __future__ import annotations
 
 import dataclasses
+import time
+from concurrent.futures import Future
 
 import pytest
 import torch
@@ -26,6 +28,8 @@ from bagpipe.core.batch import Batch, DatasetSchema, batch_from_arrays, global_i
 from bagpipe.core.interface import ModelState, System, TrainContext
 from bagpipe.training.local import LocalSystem
 from baselines.het import HET
+from baselines.het.cache import PushBatch
+from baselines.het.roles import HetTrainer
 from tests.conftest import TinySource, assert_states_close, equivalence_context
 
 SCHEMA = DatasetSchema(
@@ -107,15 +111,33 @@ def test_bsp_with_bound_0_and_evictions_equals_local(policy: str) -> None:
     assert stats["het_evictions_dirty"] == 0  # bound 0: every line is pushed after every step
 
 
+SEND_S = 0.05
+
+
+class SlowSendingTrainer(HetTrainer):
+    """A :class:`HetTrainer` whose every push takes ``SEND_S`` to send."""
+
+    def _send_push(self, push: PushBatch) -> Future[None]:
+        time.sleep(SEND_S)
+        return super()._send_push(push)
+
+
+class HETSlowSending(HET):
+    """HET whose trainers are :class:`SlowSendingTrainer`."""
+
+    trainer_class = SlowSendingTrainer
+
+
 @pytest.mark.parametrize("mode", ["asp", "bsp"])
 def test_sending_a_push_is_timed_as_sync_in_either_mode(mode: str) -> None:
     """The same rule as sync_ps's pushes and Bagpipe's sync-later all-reduce: a step's push is sync
     work whether the step waits for it (bsp) or only sends it (asp), never unexplained time."""
-    het = HET(num_trainers=2, num_servers=2, bound=2, mode=mode, cache_rows_per_table=3)
+    het = HETSlowSending(num_trainers=2, num_servers=2, bound=2, mode=mode,
+                         cache_rows_per_table=3)
     ctx = _context(halved=False)
     het.setup(ctx)
     try:
         records = [het.train_step(step, ctx.source[step]).record for step in range(STEPS)]
     finally:
         het.close()
-    assert all(record.phase_s.get("sync", 0.0) > 0 for record in records)
+    assert all(record.phase_s.get("sync", 0.0) >= SEND_S for record in records)

@@ -55,6 +55,17 @@ class Accumulator:
         runtime.start_thread(crash, "crash")
 
 
+class _Wide(torch.nn.Module):
+    """A dense part of ``elems`` weights: one logit from the dense features and pooled rows."""
+
+    def __init__(self, elems: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(elems))
+
+    def forward(self, dense: torch.Tensor, pooled: torch.Tensor) -> torch.Tensor:
+        return dense @ self.weight + pooled.sum(dim=(1, 2))
+
+
 class GroupMember:
     """Joins a gloo group and all-reduces on request (for the collectives tests)."""
 
@@ -68,6 +79,21 @@ class GroupMember:
         out = collectives.allreduce(tensors)
         held_s = time.perf_counter() - start
         return out, runtime.current().meter.end_step().bytes_sent, held_s
+
+    def train_wide_slice(self, elems: int) -> dict[str, float]:
+        """One forward and backward of a DDP replica with ``elems`` parameters (a single bucket);
+        the phase times it charged, and the step's wall time as ``"wall"``."""
+        from bagpipe.training.step import forward_backward, replicate_dense
+
+        torch.manual_seed(0)
+        replica = replicate_dense(_Wide(elems))
+        rows = torch.randn(4, 2)
+        inverse = torch.arange(4).view(2, 2)
+        start = time.perf_counter()
+        forward_backward(replica, torch.randn(2, elems), rows, inverse, torch.ones(2), 2,
+                         runtime.current().meter)
+        wall = time.perf_counter() - start
+        return {**runtime.current().meter.end_step().phase_s, "wall": wall}
 
     def allreduce_async(self, tensor: torch.Tensor) -> tuple[torch.Tensor, float, float]:
         """The summed tensor, seconds to start the all-reduce, seconds until it completed."""

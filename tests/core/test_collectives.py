@@ -40,3 +40,19 @@ def test_allreduce_sums_counts_payload_and_holds_ring_time() -> None:
     for host in ("trainer_0", "trainer_1"):  # each NIC carried 2 (T-1)/T of both payloads out
         wire = (6 + PAYLOAD_ELEMS) * 4 + PAYLOAD_ELEMS * 4
         assert report.hosts[host].ledger_tx == report.hosts[host].ledger_rx == wire
+
+
+def test_a_replicas_wait_for_its_all_reduce_is_charged_as_sync_not_backward() -> None:
+    """DDP waits for its buckets inside ``backward()``: that wait is network time, the same rule
+    for every system, so a 40 ms ring over slow NICs lands in ``sync`` and ``backward`` stays the
+    (sub-millisecond) gradient compute the CPU-share check compares."""
+    with Deployment(["trainer_0", "trainer_1"], network=SLOW) as deployment:
+        group = deployment.new_group("trainers", world_size=2)
+        members = [deployment.remote(f"trainer_{k}", GroupMember, group, k) for k in range(2)]
+        results = deployment.wait(
+            [m.rpc_async().train_wide_slice(PAYLOAD_ELEMS) for m in members], timeout_s=60
+        )
+    for phases in results:
+        assert phases["sync"] >= 0.9 * RING_S
+        assert phases["backward"] < phases["sync"] / 2
+        assert sum(v for k, v in phases.items() if k != "wall") <= phases["wall"]

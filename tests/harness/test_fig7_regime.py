@@ -176,6 +176,8 @@ def test_the_profile_shows_each_systems_cpu_and_its_compute_against_the_referenc
     assert cells[2:7] == ["45.0", "30.0", "10.0", "2.0", "1.60"]  # 72 ms CPU in 45 ms
     assert cells[7] == "48.0"  # forward + backward, mean over blocks
     assert cells[8] == f"{math.sqrt(1.2 * 1.2):.2f}x"  # 36/30 and 60/50
+    assert "* Forward + backward within 15% of sync_ps's in the same blocks: 0 of 1 (model, " \
+           "system) pairs; outside: bagpipe on dlrm (1.20x)." in lines
     without = profile_lines(runs_frame([_record("sync_ps", 0.04)]), "sync_ps")
     assert any("did not record their CPU" in line for line in without)
 

@@ -11,8 +11,10 @@ phases. This section sets them side by side:
   the machine was saturated, and every helper CPU second was a trainer's lost second;
 * **forward + backward vs the reference**: trainer 0's forward + backward against the reference
   system's in the same block (geometric mean over blocks), the CPU-share check of the issue that
-  set the rules (goal: within 15%). In a system that all-reduces rows in backward (Bagpipe's
-  sync-now rows, FAE's hot rows) it also holds that network time, so read it beside the bytes.
+  set the rules (goal: within 15%). Every system's phases follow one rule
+  (``bagpipe.core.meter.Phase``): DDP's wait for its all-reduce at backward's end, with any rows
+  riding in it (Bagpipe's sync-now rows, FAE's hot rows), is sync, and getting a step's rows is
+  fetch, so the ratio compares the same dense work, slowed only by CPU taken from it.
 
 A second table gives those bytes: what every role together sent per timed iteration, as the
 ledger booked it (``bytes_per_iter_<link>``). A cache trades rows pulled from and pushed to the
@@ -33,6 +35,7 @@ from bagpipe.harness.track.sweeps import MODEL_ORDER, SYSTEM_ORDER, in_order
 CPU_COLUMNS = ("per_iter_trainer_cpu_s", "per_iter_helpers_cpu_s", "per_iter_driver_cpu_s")
 #: Trainer 0's phases that hold a step's dense work (TorchRec's pipeline times none of them).
 COMPUTE_PHASES = ("time_forward_s", "time_backward_s")
+COMPUTE_TOLERANCE = 0.15  # the CPU-share check's goal: forward + backward within 15%
 #: The traffic table's columns: each a heading and the ``bytes_per_iter_<link>`` columns it sums.
 TRAFFIC_COLUMNS = {
     "embedding rows pulled + pushed MB": ("bytes_per_iter_emb_pull", "bytes_per_iter_emb_push"),
@@ -67,7 +70,21 @@ def profile_lines(frame: pd.DataFrame, reference: str) -> list[str]:
             f"{_ms(driver_s)} | {cell(busy, '.2f')} | {_ms(fwd_bwd_s) if fwd_bwd_s > 0 else '–'} | "
             f"{cell(ratio, '.2f', 'x')} |"
         )
-    return [*lines, "", *_traffic_lines(done)]
+    return [*lines, "", *_compute_verdict(compute, reference), *_traffic_lines(done)]
+
+
+def _compute_verdict(compute: dict[tuple[str, str], float], reference: str) -> list[str]:
+    """One line: which (model, system) pairs' forward + backward is outside
+    :data:`COMPUTE_TOLERANCE` of the reference's."""
+    checked = {key: ratio for key, ratio in compute.items() if key[1] != reference}
+    if not checked:
+        return []
+    outside = [f"{system} on {model} ({ratio:.2f}x)" for (model, system), ratio in checked.items()
+               if abs(ratio - 1) > COMPUTE_TOLERANCE]
+    verdict = "outside: " + ", ".join(outside) if outside else "every one within"
+    return [f"* Forward + backward within {COMPUTE_TOLERANCE:.0%} of {reference}'s in the same "
+            f"blocks: {len(checked) - len(outside)} of {len(checked)} (model, system) pairs; "
+            f"{verdict}.", ""]
 
 
 def _traffic_lines(done: pd.DataFrame) -> list[str]:

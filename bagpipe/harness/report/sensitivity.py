@@ -39,7 +39,7 @@ class Sensitivity:
 
 _ITER = ("iter_time_mean_s", "ms / iteration", 1000.0)
 _HIT = ("hit_rate", "cache hit rate", 1.0)
-_STALL = ("time_fetch_wait_s", "prefetch stall, ms / iteration", 1000.0)
+_STALL = ("time_fetch_wait_s", "row fetch wait (dedup, read, stall), ms / iteration", 1000.0)
 _PULL = ("bytes_per_iter_emb_pull", "embedding bytes pulled / iteration (kB)", 1e-3)
 
 SENSITIVITIES: dict[str, Sensitivity] = {
