@@ -254,21 +254,24 @@ class Bagpipe(System):
         return StepResult(loss=float(sum(loss for loss, _, _ in results)), record=record)
 
     def _issue(self, step: int, parts: list[Batch]) -> list[Future]:
-        """Tell the oracle that step ``step`` starts, and start it on every trainer (slice ``k``
-        to trainer ``k``): the trainers' futures.
+        """Start step ``step`` on every trainer (slice ``k`` to trainer ``k``), then tell the
+        oracle it started: the trainers' futures.
 
-        The oracle's reply (its planning time) is read at the next step
-        (:meth:`_previous_planning_s`): on the target cluster the oracle is a host of its own, and a
-        step must not wait for it to be scheduled on these shared cores.
+        The trainers go first: their plans for the step were pushed ahead, so the step needs
+        nothing from this call, and telling the oracle (only to free room for plans further
+        ahead) must not delay the last trainer's start. The oracle's reply (its planning time) is
+        read at the next step (:meth:`_previous_planning_s`): on the target cluster the oracle is
+        a host of its own, and a step must not wait for it to be scheduled on these shared cores.
         """
         _, oracle = self._require_setup()
         step -= self._step_offset  # the roles number steps from where this run (re)started
-        self._progress_report = oracle.rpc_async().advance(step)
-        return [
+        started = [
             trainer.rpc_async(kind=LinkKind.DATA).train_step(
                 step, part.dense_features, ids_matrix(part), part.labels
             ) for trainer, part in zip(self._trainers, parts, strict=True)
         ]
+        self._progress_report = oracle.rpc_async().advance(step)
+        return started
 
     def _previous_planning_s(self) -> float:
         """The oracle's planning time reported when the previous step started (0 for the first);
