@@ -177,15 +177,19 @@ class ParameterServerSystem(System):
     #: True for shards rebuilt in place from a base and the trainers' logged pushes (``sync_ps``'s
     #: step-ordered shards: module docstring, *Recovery*) when a standby server is left.
     replaces_servers: ClassVar[bool] = False
+    #: The fewest shards the system runs with: 0 for one whose trainers hold every row themselves
+    #: (``embedding_free``, the bound with embedding traffic free).
+    min_servers: ClassVar[int] = 1
 
     def __init__(
         self, num_trainers: int, num_servers: int, step_timeout_s: float, standby_trainers: int = 0,
         standby_servers: int = 0,
     ) -> None:
-        if num_trainers < 1 or num_servers < 1 or standby_trainers < 0 or standby_servers < 0:
+        if (num_trainers < 1 or num_servers < self.min_servers or standby_trainers < 0
+                or standby_servers < 0):
             raise ValueError(
-                f"{self.name}: num_trainers and num_servers must be >= 1 and standby_trainers "
-                f"and standby_servers >= 0, got {num_trainers}, {num_servers}, "
+                f"{self.name}: num_trainers must be >= 1, num_servers >= {self.min_servers} and "
+                f"standby_trainers and standby_servers >= 0, got {num_trainers}, {num_servers}, "
                 f"{standby_trainers}, {standby_servers}"
             )
         if standby_servers and not self.replaces_servers:

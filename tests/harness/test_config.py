@@ -117,7 +117,7 @@ def test_smoke_suite_jobs_are_valid_and_fig7_covers_every_system_and_model():
     assert len(validate_sweep(smoke)) == 4
     fig7 = compose("config", overrides=["suite=fig7"], return_hydra_config=True)
     jobs = sweep_jobs(fig7)
-    assert len(jobs) == 6 * 4 * 4
+    assert len(jobs) == 7 * 4 * 6  # six systems and the embedding-free bound, four models, six blocks
     for value in {o for job in jobs for o in job if o.startswith(("system=", "model="))}:
         cfg = compose("config", overrides=["suite=fig7", value])
         OmegaConf.to_container(cfg, resolve=True)

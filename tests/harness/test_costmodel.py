@@ -31,7 +31,14 @@ import pytest
 from bagpipe.core.batch import DatasetSchema
 from bagpipe.core.interface import OptimConfig, System, TrainContext
 from bagpipe.core.net import Compute, NetworkConfig, Nic, Topology
-from bagpipe.harness.report.costmodel import SYSTEM_RULES, Workload, predict
+from bagpipe.harness.report.costmodel import (
+    CRITICAL,
+    SYSTEM_RULES,
+    Prediction,
+    Workload,
+    predict,
+    server_lane,
+)
 from bagpipe.harness.run.runner import RunConfig, RunResult, run_training
 from bagpipe.models import table_dim
 from tests.conftest import TINY_MODEL, TinySource
@@ -147,6 +154,47 @@ def test_topology_files_load_and_bad_keys_name_the_file(tmp_path: Path) -> None:
     bad.write_text("server_nic: {egress_gbps: 0}\n")
     with pytest.raises(ValueError, match=r"bad\.yaml.*egress_gbps"):
         Topology.load(bad)
+
+
+def test_server_cpu_waits_on_the_lane_of_the_pulls_it_answers() -> None:
+    """The servers' CPU goes where each system's own rule puts its pull: on the critical path of a
+    step that waits for its pulls, on the background lane of one that prefetches (hidden while
+    that lane keeps up), and nowhere for a system that asks no server."""
+    assert {name: server_lane(rule) for name, rule in SYSTEM_RULES.items()} == {
+        "local": None, "sync_ps": CRITICAL, "fae": CRITICAL, "het": "comm", "bagpipe": "rounds",
+        "torchrec": None, "embedding_free": None,
+    }
+    topology = Topology.uniform(1.0, 100, trainers=2, servers=2)
+    traffic = {"emb_pull": 2e5, "emb_push": 2e5, "emb_meta": 2e4, "allreduce": 4e4,
+               "alltoall": 2e5}
+
+    def both(system: str, server_cpu_s: float, **kwargs: object) -> tuple[Prediction, Prediction]:
+        work = _workload(system, bytes_per_iter=traffic, **kwargs)
+        return (predict(work, topology),
+                predict(dataclasses.replace(work, server_cpu_s=server_cpu_s), topology))
+
+    for system in ("sync_ps", "fae"):  # the step waits for its pulls, so for the servers too
+        without, served = both(system, 0.004)
+        assert served.critical_s == pytest.approx(without.critical_s + 0.004), system
+        assert served.iter_s == pytest.approx(without.iter_s + 0.004), system
+        assert served.compute_s == without.compute_s, system
+
+    without, served = both("het", 0.004)  # the comm thread's lane: its time grows, hidden
+    assert served.lanes_s["comm"] == pytest.approx(without.lanes_s["comm"] + 0.004)
+    assert served.critical_s == pytest.approx(without.critical_s)
+    assert served.iter_s == pytest.approx(without.iter_s) == pytest.approx(without.critical_s)
+    without, behind = both("het", 0.030)  # ... until the servers hold the lane back
+    assert behind.iter_s == pytest.approx(behind.lanes_s["comm"])
+    assert behind.iter_s == pytest.approx(without.lanes_s["comm"] + 0.030)
+    assert behind.iter_s > behind.critical_s == pytest.approx(without.critical_s)
+
+    without, served = both("bagpipe", 0.004, knobs={"cleanup_interval": 4})
+    assert served.lanes_s["rounds"] == pytest.approx(without.lanes_s["rounds"] + 0.004)
+    assert served.lanes_s["sync_later"] == pytest.approx(without.lanes_s["sync_later"])
+    assert served.critical_s == pytest.approx(without.critical_s)
+
+    without, served = both("torchrec", 0.004)  # no servers: nothing to charge
+    assert served == without
 
 
 def test_unknown_system_is_named() -> None:

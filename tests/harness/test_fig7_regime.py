@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -20,7 +21,7 @@ from bagpipe.harness.report.costmodel import Workload, predict
 from bagpipe.harness.report.fig7 import summary_table
 from bagpipe.harness.report.head_to_head import head_to_head_lines
 from bagpipe.harness.report.profile import profile_lines
-from bagpipe.harness.report.regime import window_checks
+from bagpipe.harness.report.regime import projected_iter_ms, run_workload, window_checks
 from bagpipe.harness.run.evaluate import base_rate_logloss
 from bagpipe.harness.run.train import _flat_params
 from bagpipe.harness.track.record import RunRecord
@@ -56,11 +57,11 @@ def _record(system: str, iter_s: float, *, seed: int = 0, **summary: float) -> R
     )
 
 
-def _by_hand(system: str) -> float:
+def _by_hand(system: str, compute_s: float = COMPUTE_MS / 1000, server_cpu_s: float = 0.0) -> float:
     """The projected iteration time on the tiny topology dilated by hand."""
     slow = Topology.uniform(GBPS / DILATION, LATENCY_US * DILATION, trainers=2, servers=1)
-    work = Workload(system, BYTES[system], {}, COMPUTE_MS / 1000, trainers=2, servers=1,
-                    row_bytes=4 * 8)
+    work = Workload(system, BYTES[system], {}, compute_s, trainers=2, servers=1,
+                    row_bytes=4 * 8, server_cpu_s=server_cpu_s)
     return predict(work, slow).iter_s
 
 
@@ -78,6 +79,34 @@ def test_the_projection_stands_beside_the_measurement_with_its_agreement() -> No
     add_speedups(far, "sync_ps")
     table = summary_table(runs_frame(far), "sync_ps").set_index("system")
     assert table.loc["torchrec", "agrees_within_20pct"] == "no"
+
+
+def test_the_projection_charges_each_runs_own_cpu_else_the_calibration() -> None:
+    """Compute is the run's trainer CPU per iteration and the servers' CPU rides with the pulls;
+    a run that did not record its CPU falls back to the calibrated ``compute_here_ms``."""
+    def row(record: RunRecord) -> dict[Any, Any]:
+        return runs_frame([record]).to_dict("records")[0]
+
+    def with_cpu() -> RunRecord:
+        return _record("sync_ps", 1.0, per_iter_trainer_cpu_s=0.031, per_iter_helpers_cpu_s=0.007)
+
+    measured = row(with_cpu())
+    work = run_workload(measured)
+    assert work is not None
+    assert (work.compute_s, work.server_cpu_s) == (pytest.approx(0.031), pytest.approx(0.007))
+    # sync_ps waits for its pulls: compute + wire + the servers' CPU, all on the critical path
+    assert projected_iter_ms(measured) == pytest.approx(1000 * _by_hand("sync_ps", 0.031, 0.007))
+    assert projected_iter_ms(measured) == pytest.approx(
+        1000 * _by_hand("sync_ps", COMPUTE_MS / 1000) + 31 + 7 - COMPUTE_MS)
+    uncalibrated = with_cpu()
+    del uncalibrated.params["dilation.compute_here_ms"]  # the run's CPU is enough on its own
+    assert projected_iter_ms(row(uncalibrated)) == pytest.approx(projected_iter_ms(measured))
+
+    for old in (_record("sync_ps", 1.0), _record("sync_ps", 1.0, per_iter_trainer_cpu_s=0.0)):
+        work = run_workload(row(old))  # not recorded (or no trainer role measured): calibration
+        assert work is not None
+        assert (work.compute_s, work.server_cpu_s) == (pytest.approx(COMPUTE_MS / 1000), 0.0)
+        assert projected_iter_ms(row(old)) == pytest.approx(1000 * _by_hand("sync_ps"))
 
 
 def test_runs_without_what_a_projection_needs_leave_the_column_empty() -> None:

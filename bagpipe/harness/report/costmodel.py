@@ -6,8 +6,8 @@ the time the iteration took. The model re-prices those bytes on any network and 
 system puts them:
 
 * **critical path**: ``compute + sum(time of the critical flows)``, where ``compute`` is everything
-  that is not emulated wire time (the iteration time measured with the link model off, or a GPU's
-  compute time for a projection);
+  that is not emulated wire time (the iteration time measured with the link model off, a run's
+  trainer CPU per iteration, or a GPU's compute time for a projection);
 * **background lanes** (Bagpipe's prefetch/write-back rounds and its sync-later all-reduce, HET's
   communication thread): work that overlaps the critical path but that the next iterations wait
   for when it falls behind. A lane holds the iteration to at least its own time plus the time of
@@ -16,6 +16,14 @@ system puts them:
 So ``iteration = max(critical path, every lane's bound)``: a pipeline's steady state. Which flow is
 on which lane is data (:data:`SYSTEM_RULES`), written from each system's trainer code; the numbers
 come only from the Meter and the described cluster (:class:`Topology`, ``suites/topology/*.yaml``).
+
+The servers' own CPU (:attr:`Workload.server_cpu_s`: serving pulls, applying pushes, the oracle's
+planning) is charged where the traffic it answers waits: on the lane of the system's embedding-pull
+flow (:func:`server_lane`), so the same overlap rules that place the bytes place it, with no rule
+of its own per system. That is the critical path for a system that waits for its pulls (sync_ps,
+FAE), a background lane for one that prefetches (HET's communication thread, Bagpipe's rounds),
+and nowhere for one without servers (TorchRec). It stays 0 where ``compute`` already holds it (an
+iteration time measured with the link off has the servers' replies in it).
 
 Timing follows the emulated network (``bagpipe.core.net``): a message costs its sender NIC's
 latency plus its bytes at the NIC's rate; an all-reduce is a ring (``2 (T-1)`` messages of
@@ -39,6 +47,9 @@ from typing import Any
 from bagpipe.core.net.topology import BITS_PER_BYTE, Nic, Topology
 
 CRITICAL = "critical"
+#: The Meter column of the flow that asks the embedding servers for rows: the servers' work is
+#: charged on its lane (:func:`server_lane`).
+SERVER_REQUEST_KIND = "emb_pull"
 
 
 class Pattern(StrEnum):
@@ -99,6 +110,8 @@ _P = Pattern
 SYSTEM_RULES: dict[str, SystemRule] = {
     # Every table in one process: no network at all.
     "local": SystemRule(flows=()),
+    # bagpipe/training/embedding_free.py: every row on every trainer, only the dense all-reduce.
+    "embedding_free": SystemRule(flows=(Flow("allreduce", _P.RING),)),
     # baselines/sync_ps/trainer.py: pull (request + reply, shards in parallel), compute, push
     # (shards in parallel), dense all-reduce, wait acks -- all on the critical path.
     "sync_ps": SystemRule(
@@ -171,12 +184,16 @@ class Workload:
         system: a key of :data:`SYSTEM_RULES`.
         bytes_per_iter: Meter column -> bytes per iteration, summed over the trainers.
         counters: per-iteration counters (``rows_sync_later`` ...).
-        compute_s: the iteration time without emulated wire time (measured with the link off).
+        compute_s: one trainer's iteration without emulated wire time (the iteration time
+            measured with the link off, or a run's trainer CPU per iteration).
         trainers / servers: ``T`` and ``S`` of the run.
         row_bytes: bytes of one embedding row (``table_dim * 4``).
         dense_params: parameters of the dense model (for a projection's compute time).
         batch_size: global batch of the run.
         knobs: system settings a rule refers to (``cleanup_interval``).
+        server_cpu_s: CPU seconds per iteration of the roles that answer the trainers (servers,
+            the oracle), all of them together; charged on the lane of the system's pull flow
+            (:func:`server_lane`). 0 (the default) where ``compute_s`` already holds their work.
     """
 
     system: str
@@ -189,6 +206,7 @@ class Workload:
     dense_params: int = 0
     batch_size: int = 0
     knobs: Mapping[str, float] = field(default_factory=dict)
+    server_cpu_s: float = 0.0
 
     @classmethod
     def from_steps(cls, system: str, steps: Sequence[Mapping[str, float]], compute_s: float,
@@ -282,8 +300,15 @@ def compute_time_s(workload: Workload, topology: Topology) -> float:
     return workload.compute_s if estimate is None else estimate
 
 
+def server_lane(rule: SystemRule) -> str | None:
+    """The lane of the flow that asks the servers (:data:`SERVER_REQUEST_KIND`): where their work
+    answering it waits. ``None`` for a system that asks no server."""
+    return next((f.lane for f in rule.flows if f.kind == SERVER_REQUEST_KIND), None)
+
+
 def predict(workload: Workload, topology: Topology, rule: SystemRule | None = None) -> Prediction:
-    """The iteration time of ``workload`` on ``topology`` under its system's overlap rules."""
+    """The iteration time of ``workload`` on ``topology`` under its system's overlap rules, with
+    the servers' CPU (:attr:`Workload.server_cpu_s`) on the lane of the pull flow they answer."""
     if rule is None:
         if workload.system not in SYSTEM_RULES:
             raise KeyError(
@@ -295,14 +320,20 @@ def predict(workload: Workload, topology: Topology, rule: SystemRule | None = No
         every = flow.every if isinstance(flow.every, int) else workload.knobs.get(flow.every, 1)
         times.append(flow_time_s(flow, per_trainer, topology, max(float(every), 1.0)))
     compute_s = compute_time_s(workload, topology)
-    critical_s = compute_s + sum(
+    serving = server_lane(rule)
+
+    def served(lane: str) -> float:
+        return workload.server_cpu_s if lane == serving else 0.0
+
+    critical_s = compute_s + served(CRITICAL) + sum(
         t for f, t in zip(rule.flows, times, strict=True) if f.lane == CRITICAL
     )
     lanes_s: dict[str, float] = {}
     for lane in rule.lanes:
         # Every flow of a trainer crosses its one NIC: the lane's transfers queue with every other
-        # flow on it, the critical path's and the other lanes'.
-        lanes_s[lane] = sum(times)
+        # flow on it, the critical path's and the other lanes'. The servers' work is not on the NIC:
+        # only the lane that waits for their replies holds it.
+        lanes_s[lane] = sum(times) + served(lane)
     labels = [f"{f.kind}{f'[{f.rows_counter}]' if f.rows_counter else ''}:{f.lane}"
               for f in rule.flows]
     return Prediction(

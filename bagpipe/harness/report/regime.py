@@ -1,8 +1,9 @@
 """fig7 in the paper's regime (#16): what the report sets beside each measured speedup.
 
 * **Projection.** Each run's measured bytes, priced by the cost model on the topology the run used
-  with the network dilated by the run's factor ``d`` (:meth:`Topology.dilated`), is the speedup
-  the emulation *should* have shown; a measured speedup far from it means the emulation, the cost
+  with the network dilated by the run's factor ``d`` (:meth:`Topology.dilated`), beside the CPU
+  its trainers and servers spent per iteration (:func:`run_workload`), is the speedup the
+  emulation *should* have shown; a measured speedup far from it means the emulation, the cost
   model or the run is off.
 * **Checks that can fail.** Bagpipe's timed window (past the warm-up) must hold evictions,
   write-backs and background prefetches; a run without them measured a cache that never cycled,
@@ -35,6 +36,10 @@ AGREES = "agrees_within_20pct"
 BEATS_BASE_RATE = "logloss_beats_base_rate"
 _BYTES = "bytes_per_iter_"
 _PER_ITER = "per_iter_"
+#: A trainer role's CPU seconds per timed iteration (the mean over trainers), from /proc.
+TRAINER_CPU = "per_iter_trainer_cpu_s"
+#: Every other role's CPU seconds per timed iteration, together (servers, the oracle, standbys).
+HELPERS_CPU = "per_iter_helpers_cpu_s"
 #: Bagpipe's window checks: what must happen after the warm-up -> the runs-table column holding it.
 WINDOW_CHECKS = {
     "evictions": "per_iter_rows_evicted",
@@ -92,20 +97,39 @@ def emulated_topology(row: Mapping[Any, Any]) -> Topology | None:
 
 
 def run_workload(row: Mapping[Any, Any]) -> Workload | None:
-    """A run's measured window as a cost-model workload, with compute from ``dilation.compute_here_ms``.
+    """A run's measured window as a cost-model workload: its bytes and counters, its trainer's CPU
+    per iteration as compute, its servers' CPU per iteration beside.
 
-    The cost model wants the compute time of *one trainer's* step with no wire time in it. The
-    run's own iteration time holds the (dilated) wire time, and ``local`` trains the whole global
-    batch in one process; ``compute_here_ms`` is exactly a trainer's slice timed on this machine,
-    the number ``d`` was calibrated from, so the projection is the dilated target cluster's
-    prediction and no measured iteration time of any system enters it. ``None`` when the run lacks
-    it, its model's row size or a counter its system's rule prices."""
+    The cost model wants one trainer's step with no wire time in it. The run's iteration time holds
+    the (dilated) wire time and the waits, so it is not used: no measured iteration time of any
+    system enters the projection. The compute term is the run's own trainer CPU per iteration
+    (:data:`TRAINER_CPU`): the work its trainer really did (forward, backward, the optimizer, and
+    the system's own bookkeeping, such as a cache's lookups), which under dilation stands for the
+    target's work scaled by ``d``. A bare forward + backward timed alone
+    (``dilation.compute_here_ms``, what ``d`` was calibrated from) was about half of that on the
+    fig7 runs: charged to every system alike, it left the rest unpriced and pulled projected
+    speedups away from 1, as if the network were a larger share of each iteration than it was.
+    The network stays priced by the topology and each system's overlap rule, and the servers' CPU
+    (:data:`HELPERS_CPU`) is charged on the lane of the traffic it answers
+    (:attr:`~.costmodel.Workload.server_cpu_s`): one rule for every system.
+
+    Caveat: CPU seconds can include busy-waiting (a collective polling while bytes are on the
+    wire), which then counts twice, once as CPU and once as wire time.
+
+    A run that did not record its trainer CPU (an older record) falls back to
+    ``dilation.compute_here_ms``. ``None`` when the run has neither, or lacks its model's row size
+    or a counter its system's rule prices."""
     from bagpipe.models import ModelConfig, table_dim
 
-    system, compute_ms = str(row.get("system")), _number(row, "dilation.compute_here_ms")
+    system = str(row.get("system"))
+    trainer_cpu_s, compute_ms = _number(row, TRAINER_CPU), _number(row, "dilation.compute_here_ms")
+    if trainer_cpu_s is not None and trainer_cpu_s <= 0:
+        trainer_cpu_s = None  # no trainer role was measured
+    compute_s = trainer_cpu_s if trainer_cpu_s is not None else (
+        None if compute_ms is None else compute_ms / 1000)
     dim, trainers = _number(row, "model.embedding_dim"), _number(row, "trainers")
     rule = SYSTEM_RULES.get(system)
-    if rule is None or compute_ms is None or dim is None or trainers is None:
+    if rule is None or compute_s is None or dim is None or trainers is None:
         return None
     counters = {str(k)[len(_PER_ITER):]: float(v) for k, v in row.items()
                 if str(k).startswith(_PER_ITER) and not _missing(v)}
@@ -117,11 +141,12 @@ def run_workload(row: Mapping[Any, Any]) -> Workload | None:
         bytes_per_iter={str(k)[len(_BYTES):]: float(v) for k, v in row.items()
                         if str(k).startswith(_BYTES) and not _missing(v)},
         counters=counters,
-        compute_s=compute_ms / 1000,
+        compute_s=compute_s,
         trainers=int(trainers),
         servers=int(_number(row, "topology.servers") or 1),
         row_bytes=4 * table_dim(ModelConfig(name=str(row.get("model")), embedding_dim=int(dim))),
         knobs={} if interval is None else {"cleanup_interval": interval},
+        server_cpu_s=_number(row, HELPERS_CPU) or 0.0,
     )
 
 

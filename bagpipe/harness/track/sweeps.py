@@ -17,8 +17,9 @@ from bagpipe.harness.track.record import RunRecord, find_records
 
 #: The tidy table a sweep (and the fig7 report) writes: one row per run.
 RUNS_CSV = "runs.csv"
-#: The order systems are drawn and tabulated in (baselines first, Bagpipe last).
-SYSTEM_ORDER = ("local", "sync_ps", "fae", "het", "torchrec", "bagpipe")
+#: The order systems are drawn and tabulated in (baselines first, then Bagpipe, then the
+#: embedding-free bound Bagpipe is measured against, ``bagpipe.harness.report.bound``).
+SYSTEM_ORDER = ("local", "sync_ps", "fae", "het", "torchrec", "bagpipe", "embedding_free")
 MODEL_ORDER = ("dlrm", "wdl", "deepfm", "dcn")
 
 

@@ -1,0 +1,77 @@
+"""Bagpipe against the embedding-free bound (#16): paired within blocks, judged against 1.15x.
+
+Runs are synthetic records (no training), made as the fig7 report's tests make them.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+from scipy import stats
+
+from bagpipe.harness.report.bound import bound_lines
+from bagpipe.harness.report.fig7 import markdown, summary_table
+from bagpipe.harness.report.head_to_head import head_to_head_lines
+from bagpipe.harness.track.sweeps import add_speedups, runs_frame
+
+from .test_fig7_regime import _record
+
+#: The bound's iteration time per block (seed); the machine's speed drifts from block to block.
+BOUND_S = (0.10, 0.20, 0.05)
+
+
+def _lines(ratios: tuple[float, ...]) -> list[str]:
+    """The section for runs where Bagpipe took ``ratios[b]`` times the bound's time in block b."""
+    records = [_record("embedding_free", BOUND_S[seed], seed=seed) for seed in range(len(ratios))]
+    records += [_record("bagpipe", BOUND_S[seed] * ratio, seed=seed)
+                for seed, ratio in enumerate(ratios)]
+    return bound_lines(runs_frame(records))
+
+
+def _row(lines: list[str]) -> str:
+    return lines[lines.index("| model | Bagpipe / bound [95% CI] | blocks | goal |") + 2]
+
+
+def test_the_ratio_is_paired_within_blocks_and_meets_the_goal_below_it() -> None:
+    # Equal ratios in every block: no spread once paired, though the times differ 4x.
+    assert _row(_lines((1.10, 1.10, 1.10))) == "| dlrm | 1.10x [1.10, 1.10] | 3 | met |"
+    assert _row(_lines((1.20, 1.20, 1.20))) == "| dlrm | 1.20x [1.20, 1.20] | 3 | missed |"
+
+
+def test_the_interval_is_a_t_interval_on_the_log_ratios() -> None:
+    ratios = (1.05, 1.12, 1.30)
+    logs = [math.log(r) for r in ratios]
+    half = stats.t.ppf(0.975, 2) * statistics.stdev(logs) / math.sqrt(3)
+    centre = statistics.fmean(logs)
+    low, high = math.exp(centre - half), math.exp(centre + half)
+    assert low < 1.15 < high  # the example straddles the goal
+    assert _row(_lines(ratios)) == (f"| dlrm | {math.exp(centre):.2f}x [{low:.2f}, {high:.2f}] | "
+                                    "3 | within noise of 1.15x |")
+
+
+def test_one_block_decides_nothing() -> None:
+    assert _row(_lines((1.01,))) == "| dlrm | 1.01x [–, –] | 1 | one block |"
+
+
+def test_result_sets_without_the_bound_get_no_section() -> None:
+    older = runs_frame([_record("sync_ps", 0.05), _record("bagpipe", 0.04)])
+    assert bound_lines(older) == []
+    assert bound_lines(runs_frame([_record("embedding_free", 0.05)])) == []
+
+
+def test_the_bound_is_not_a_baseline_bagpipe_is_set_against() -> None:
+    frame = runs_frame([_record("sync_ps", 0.05), _record("bagpipe", 0.04),
+                        _record("embedding_free", 0.03)])
+    assert not any("embedding_free" in line for line in head_to_head_lines(frame))
+
+
+def test_the_fig7_page_carries_the_section() -> None:
+    records = [_record(system, seconds, seed=seed) for seed in range(2)
+               for system, seconds in (("sync_ps", 0.05), ("bagpipe", 0.04),
+                                       ("embedding_free", 0.035))]
+    add_speedups(records, "sync_ps")
+    frame = runs_frame(records)
+    page = markdown(frame, summary_table(frame, "sync_ps"), "sync_ps", Path("fig7.png"), "test")
+    assert "\n".join(bound_lines(frame)) in page
