@@ -75,3 +75,20 @@ def test_the_fig7_page_carries_the_section() -> None:
     frame = runs_frame(records)
     page = markdown(frame, summary_table(frame, "sync_ps"), "sync_ps", Path("fig7.png"), "test")
     assert "\n".join(bound_lines(frame)) in page
+
+
+def test_the_gap_to_the_bound_is_split_by_phase_other_time_and_cpu() -> None:
+    """Bagpipe's mean minus the bound's, ms per iteration: each phase, what no phase covers (the
+    iteration's gap minus the phases'), and a trainer's CPU; a phase no run recorded is left out."""
+    phases = ("fetch_wait", "forward", "backward", "sync", "optimizer")
+    bound = dict(zip(phases, (0.001, 0.005, 0.008, 0.002, 0.001), strict=True))
+    bagpipe = dict(zip(phases, (0.0015, 0.0055, 0.009, 0.005, 0.0015), strict=True))
+    records = [_record(system, seconds, per_iter_trainer_cpu_s=cpu,
+                       **{f"time_{p}_s": v for p, v in times.items()})
+               for system, seconds, cpu, times in (("embedding_free", 0.020, 0.016, bound),
+                                                    ("bagpipe", 0.027, 0.020, bagpipe))]
+    lines = bound_lines(runs_frame(records))
+    header = ("| model | iteration | fetch_wait | forward | backward | sync | optimizer | other | "
+              "a trainer's CPU |")
+    assert lines[lines.index(header) + 2] == \
+        "| dlrm | +7.00 | +0.50 | +0.50 | +1.00 | +3.00 | +0.50 | +1.50 | +4.00 |"

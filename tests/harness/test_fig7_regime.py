@@ -207,6 +207,10 @@ def test_the_profile_shows_each_systems_cpu_and_its_compute_against_the_referenc
     assert cells[8] == f"{math.sqrt(1.2 * 1.2):.2f}x"  # 36/30 and 60/50
     assert "* Forward + backward within 15% of sync_ps's in the same blocks: 0 of 1 (model, " \
            "system) pairs; outside: bagpipe on dlrm (1.20x)." in lines
+    whole_batch = profile_lines(runs_frame([*records, _record(
+        "local", 0.03, time_forward_s=0.02, time_backward_s=0.04, **cpu)]), "sync_ps")
+    local_row = next(line for line in whole_batch if line.startswith("| dlrm | local |"))
+    assert local_row.rstrip(" |").endswith("| 60.0 | –")  # a whole batch is not a trainer's slice
     without = profile_lines(runs_frame([_record("sync_ps", 0.04)]), "sync_ps")
     assert any("did not record their CPU" in line for line in without)
 

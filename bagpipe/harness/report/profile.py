@@ -36,6 +36,9 @@ CPU_COLUMNS = ("per_iter_trainer_cpu_s", "per_iter_helpers_cpu_s", "per_iter_dri
 #: Trainer 0's phases that hold a step's dense work (TorchRec's pipeline times none of them).
 COMPUTE_PHASES = ("time_forward_s", "time_backward_s")
 COMPUTE_TOLERANCE = 0.15  # the CPU-share check's goal: forward + backward within 15%
+#: The system whose one process trains the whole global batch: its forward + backward is not a
+#: trainer's slice, so it has no ratio (the check is among networked systems' trainers).
+WHOLE_BATCH = "local"
 #: The traffic table's columns: each a heading and the ``bytes_per_iter_<link>`` columns it sums.
 TRAFFIC_COLUMNS = {
     "embedding rows pulled + pushed MB": ("bytes_per_iter_emb_pull", "bytes_per_iter_emb_push"),
@@ -113,7 +116,7 @@ def _compute_ratios(done: pd.DataFrame, reference: str) -> dict[tuple[str, str],
     if reference not in by_block:
         return {}
     ratios: dict[tuple[str, str], float] = {}
-    for system in by_block.columns:
+    for system in by_block.columns.drop(WHOLE_BATCH, errors="ignore"):
         for model, values in (by_block[system] / by_block[reference]).groupby(level="model"):
             paired = paired_speedup(values.dropna().tolist())
             if paired.blocks:
