@@ -38,7 +38,10 @@ def test_a_push_and_an_all_reduce_on_one_nic_take_the_sum_of_their_times(backend
              trainers[1].rpc_async().allreduce_while_pushing(ELEMS, None, 0)], 120
         )
     assert min(alone) >= SECONDS and max(alone) < 1.6 * SECONDS
-    assert 2 * SECONDS * 0.95 <= shared[0] < 2 * SECONDS * 1.5  # the sum, not the max
+    # The sum (0.2 s), not the max (0.1 s). netns's htb has run up to 10% fast on the loaded CI
+    # machine (0.179 s, twice in full runs), so the floor sits at 80% of the sum, still far above
+    # the max that an unshared NIC would give.
+    assert 2 * SECONDS * 0.8 <= shared[0] < 2 * SECONDS * 1.5
 
 
 @pytest.mark.timeout(120)

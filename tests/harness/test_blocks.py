@@ -81,4 +81,4 @@ def test_suites_sweep_in_blocks_of_seeds() -> None:
     assert fig7.hydra.sweeper._target_ == "hydra_plugins.bagpipe_sweeper.BlockSweeper"
     jobs = sweep_jobs(fig7)
     seeds = [_value(job, "seed") for job in jobs]
-    assert seeds == sorted(seeds) and len(jobs) == 6 * 4 * 4
+    assert seeds == sorted(seeds) and len(jobs) == 7 * 4 * 6  # systems, models, blocks
