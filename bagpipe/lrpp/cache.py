@@ -8,8 +8,10 @@ One :class:`TrainerCache` lives in every trainer. It holds embedding rows addres
     slot_id    17   .    3    42   .        global id held by each occupied slot
     stale      F    .    T    F    .        a row another trainer updated as a singleton
 
-The id -> slot map is two sorted tensors (``resident_ids``, ``resident_slots``) rebuilt from the slot
-arrays after every install/evict, so a lookup of N ids is one ``searchsorted``: no per-row Python.
+The id -> slot map is two sorted tensors (``resident_ids``, ``resident_slots``), so a lookup of N ids
+is one ``searchsorted``: no per-row Python. An install merges its N sorted ids in and an eviction
+drops its own, each in ``O(R + N log R)`` for R resident rows, rather than re-sorting every
+resident row while holding the lock the training thread's reads and updates wait for.
 
 *Logically replicated*: every trainer holds every row the global batch uses in the current window and
 applies the *summed* gradient of all trainers, so shared rows are bit-identical on all replicas.
@@ -49,10 +51,12 @@ class CacheError(RuntimeError):
 
 @dataclass(frozen=True)
 class Lookup:
-    """Where ids live in the cache: ``slots[j]`` is meaningful only where ``found[j]``."""
+    """Where ids live in the cache: ``slots[j]`` (and ``positions[j]``, the id's entry in the
+    sorted map) are meaningful only where ``found[j]``."""
 
     slots: torch.Tensor
     found: torch.Tensor
+    positions: torch.Tensor
 
 
 class TrainerCache:
@@ -161,7 +165,7 @@ class TrainerCache:
             self.stale[slots] = False
             self._fetched_unread[slots] = True
             self.slot_id[slots] = ids
-            self._rebuild_map()
+            self._insert_into_map(ids, slots)
 
     def evict(
         self, ids: torch.Tensor, writeback: torch.Tensor | None = None
@@ -186,7 +190,7 @@ class TrainerCache:
             self.occupied[slots] = False
             self.stale[slots] = False
             self._fetched_unread[slots] = False
-            self._rebuild_map()
+            self._remove_from_map(found.positions[found.found])
             return rows, dropped
 
     def fresh(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -233,10 +237,11 @@ class TrainerCache:
     def _lookup(self, ids: torch.Tensor) -> Lookup:
         ids = ids.to(torch.int64).contiguous()
         if self.resident_ids.numel() == 0:
-            return Lookup(torch.zeros_like(ids), torch.zeros_like(ids, dtype=torch.bool))
+            nowhere = torch.zeros_like(ids)
+            return Lookup(nowhere, torch.zeros_like(ids, dtype=torch.bool), nowhere)
         pos = torch.searchsorted(self.resident_ids, ids).clamp_(max=self.resident_ids.numel() - 1)
         found = self.resident_ids[pos] == ids
-        return Lookup(self.resident_slots[pos], found)
+        return Lookup(self.resident_slots[pos], found, pos)
 
     def _require(self, ids: torch.Tensor, what: str) -> torch.Tensor:
         found = self._lookup(ids)
@@ -249,12 +254,28 @@ class TrainerCache:
             raise CacheError(f"{what}: stale copies of other trainers' singletons, e.g. {stale}")
         return slots
 
-    def _rebuild_map(self) -> None:
-        slots = torch.nonzero(self.occupied).flatten()
-        ids = self.slot_id[slots]
-        order = torch.argsort(ids)
-        self.resident_ids = ids[order]
-        self.resident_slots = slots[order]
+    def _insert_into_map(self, ids: torch.Tensor, slots: torch.Tensor) -> None:
+        """Merge non-resident ``ids`` held at ``slots`` into the sorted map: each new id lands
+        after the resident ids below it and the new ids before it."""
+        ids, order = torch.sort(ids.to(torch.int64))
+        total = self.resident_ids.numel() + ids.numel()
+        landing = torch.searchsorted(self.resident_ids, ids) + torch.arange(ids.numel())
+        kept = torch.ones(total, dtype=torch.bool)
+        kept[landing] = False
+        kept_at = kept.nonzero().flatten()  # once: a boolean mask would search it per tensor
+        merged_ids = torch.empty(total, dtype=torch.int64)
+        merged_slots = torch.empty(total, dtype=torch.int64)
+        merged_ids[landing], merged_slots[landing] = ids, slots[order]
+        merged_ids[kept_at], merged_slots[kept_at] = self.resident_ids, self.resident_slots
+        self.resident_ids, self.resident_slots = merged_ids, merged_slots
+
+    def _remove_from_map(self, positions: torch.Tensor) -> None:
+        """Drop the map's entries at ``positions`` (where :meth:`_lookup` found them)."""
+        kept = torch.ones(self.resident_ids.numel(), dtype=torch.bool)
+        kept[positions] = False
+        kept_at = kept.nonzero().flatten()
+        self.resident_ids = self.resident_ids.index_select(0, kept_at)
+        self.resident_slots = self.resident_slots.index_select(0, kept_at)
 
     def _grow(self, extra_slots: int) -> None:
         if self.capacity_limit is not None:
