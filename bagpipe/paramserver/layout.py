@@ -38,8 +38,9 @@ class ShardLayout:
 
     def split(self, ids: torch.Tensor) -> list[torch.Tensor]:
         """Positions in ``ids`` of the ids of each shard: ``ids[split(ids)[s]]`` live on shard ``s``."""
-        order = torch.argsort(self.shard_of(ids), stable=True)
-        counts = torch.bincount(self.shard_of(ids), minlength=self.num_shards)
+        shards = self.shard_of(ids)
+        order = torch.argsort(shards, stable=True)
+        counts = torch.bincount(shards, minlength=self.num_shards)
         return list(torch.split(order, counts.tolist()))
 
     def shard_ids(self, shard: int, total_rows: int) -> torch.Tensor:
