@@ -83,8 +83,6 @@ def goal_verdict(ratio: PairedSpeedup, goal: float = GOAL) -> str:
     (module docstring); ``one block`` or ``no pair`` where there is no interval."""
     if ratio.blocks < 2:
         return "one block" if ratio.blocks else "no pair"
-    if ratio.high <= goal:
+    if ratio.high <= goal:  # at the goal counts as meeting it
         return "met"
-    if ratio.low > goal:
-        return "missed"
-    return f"within noise of {goal}x"
+    return "missed" if ratio.side_of(goal) == "above" else f"within noise of {goal}x"

@@ -31,11 +31,19 @@ class PairedSpeedup:
     @property
     def verdict(self) -> str:
         """``faster``/``slower`` where the interval excludes 1, else ``within noise``."""
-        if self.low > 1.0:
-            return "faster"
-        if self.high < 1.0:
-            return "slower"
+        side = self.side_of(1.0)
+        if side != "across":
+            return "faster" if side == "above" else "slower"
         return "within noise" if self.blocks >= 2 else "one block"
+
+    def side_of(self, value: float) -> str:
+        """Where the interval lies against ``value``: wholly ``above`` or ``below`` it, or
+        ``across`` it (also with fewer than two blocks, where there is no interval)."""
+        if self.low > value:
+            return "above"
+        if self.high < value:
+            return "below"
+        return "across"
 
 
 def paired_speedup(ratios: Sequence[float], confidence: float = CONFIDENCE) -> PairedSpeedup:
