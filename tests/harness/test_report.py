@@ -38,6 +38,24 @@ def test_speedups_pair_runs_of_the_same_model_and_seed():
     assert list(frame.columns[:4]) == ["system", "model", "dataset", "seed"]
 
 
+def test_speedups_pair_runs_of_the_same_regime_not_only_the_same_seed():
+    """fig7_dilation runs every system at d/2 and at 2d with the same seeds: a run is divided by
+    its reference at its own dilation, never by the one at the other (which once reported 2d's
+    sync_ps as 0.86x itself)."""
+    records = []
+    for scale, sync_s, bagpipe_s in (("0.5", 0.030, 0.027), ("2.0", 0.036, 0.029)):
+        for system, iter_s in (("sync_ps", sync_s), ("bagpipe", bagpipe_s)):
+            record = make_record(system, "dlrm", 0, iter_s)
+            record.params.update({"network.dilation_scale": scale, "dilation.scale": scale})
+            records.append(record)
+    assert add_speedups(records, "sync_ps") == 4
+    speedups = {(r.tags["system"], r.params["dilation.scale"]): r.summary["speedup_vs_sync_ps"]
+                for r in records}
+    assert speedups[("sync_ps", "0.5")] == speedups[("sync_ps", "2.0")] == 1.0
+    assert speedups[("bagpipe", "0.5")] == pytest.approx(0.030 / 0.027)
+    assert speedups[("bagpipe", "2.0")] == pytest.approx(0.036 / 0.029)
+
+
 def test_report_writes_csv_figure_and_markdown(tmp_path: Path):
     records = [make_record(system, model, seed, base * (1 + 0.1 * seed))
                for model in ("dlrm", "dcn") for seed in range(3)

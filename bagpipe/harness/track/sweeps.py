@@ -42,20 +42,21 @@ def speedup_key(reference: str) -> str:
 
 
 def add_speedups(records: Sequence[RunRecord], reference: str) -> int:
-    """Set ``speedup_vs_<reference>`` (reference iteration time / own) where a reference run exists.
+    """Set ``speedup_vs_<reference>`` (reference iteration time / own) where a reference run exists
+    in the same block (:func:`block_of`).
 
     Returns how many runs got one. A run without a matching finished reference run gets none.
     """
     key = speedup_key(reference)
     reference_time = {
-        _identity(r)[1:]: r.summary["iter_time_mean_s"]
+        block_of(r): r.summary["iter_time_mean_s"]
         for r in records
         if r.tags.get("system") == reference and r.status == "FINISHED"
         and r.summary.get("iter_time_mean_s")
     }
     count = 0
     for record in records:
-        ref_time = reference_time.get(_identity(record)[1:])
+        ref_time = reference_time.get(block_of(record))
         own_time = record.summary.get("iter_time_mean_s")
         if ref_time and own_time and record.status == "FINISHED":
             record.summary[key] = ref_time / own_time
@@ -63,9 +64,21 @@ def add_speedups(records: Sequence[RunRecord], reference: str) -> int:
     return count
 
 
+def block_of(record: RunRecord) -> tuple[str, ...]:
+    """The block a run belongs to: what a speedup holds fixed while only the system changes.
+
+    That is the model, the dataset, the seed and the whole regime (:data:`REGIME_PARAMS`: the
+    topology, the network's back-end and dilation, the trainer count, the run's size). A sweep
+    that varies the regime beside the system (``fig7_dilation``'s d/2 and 2d, a trainer-count
+    sweep) has one block per regime and seed; pairing by seed alone would divide a run at 2d by
+    its reference at d/2."""
+    _, model, dataset, seed = _identity(record)
+    regime = _regime_params(record.params)
+    return (model, dataset, seed, *(f"{k}={regime[k]}" for k in sorted(regime)))
+
+
 def _identity(record: RunRecord) -> tuple[str, ...]:
-    """What identifies a run within a suite: system, model, dataset and seed. Speedups compare
-    runs that agree on all but ``system``."""
+    """A run's system, model, dataset and seed (its row's first columns)."""
     return (
         record.tags.get("system", ""),
         record.tags.get("model", ""),
