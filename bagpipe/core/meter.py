@@ -1,4 +1,4 @@
-"""The Meter: the one place that counts bytes, rows, cache hits and phase times.
+"""The Meter: the one place that counts bytes, rows, cache hits and phase times (wall and CPU).
 
 Every system charges the same Meter through the same helpers, so byte counts are comparable across
 systems and exact (taken from tensor sizes, never estimated). Each process (trainer, embedding server,
@@ -54,11 +54,17 @@ class StepRecord:
 
     Byte and row counts add up across roles (total traffic of the iteration). Phase times are kept
     per role by the caller; summing them only makes sense for records of the same role.
+
+    ``phase_cpu_s`` is the CPU the thread that ran each phase spent in it (``time.thread_time``):
+    a phase's wall time less its CPU is waiting (for the network, a peer or a core), and a role's
+    CPU beyond the sum is work done outside its step's thread (background threads, a collective's
+    own threads, RPC).
     """
 
     bytes_sent: dict[str, int] = field(default_factory=dict)
     rows_sent: dict[str, int] = field(default_factory=dict)
     phase_s: dict[str, float] = field(default_factory=dict)
+    phase_cpu_s: dict[str, float] = field(default_factory=dict)
     cache_hits: int = 0
     cache_misses: int = 0
     counters: dict[str, float] = field(default_factory=dict)
@@ -68,6 +74,7 @@ class StepRecord:
             bytes_sent=_merge(self.bytes_sent, other.bytes_sent),
             rows_sent=_merge(self.rows_sent, other.rows_sent),
             phase_s=_merge(self.phase_s, other.phase_s),
+            phase_cpu_s=_merge(self.phase_cpu_s, other.phase_cpu_s),
             cache_hits=self.cache_hits + other.cache_hits,
             cache_misses=self.cache_misses + other.cache_misses,
             counters=_merge(self.counters, other.counters),
@@ -88,6 +95,7 @@ class StepRecord:
         out.update({f"bytes_{k}": float(v) for k, v in self.bytes_sent.items()})
         out.update({f"rows_{k}": float(v) for k, v in self.rows_sent.items()})
         out.update({f"time_{k}_s": v for k, v in self.phase_s.items()})
+        out.update({f"cpu_{k}_s": v for k, v in self.phase_cpu_s.items()})
         out.update(self.counters)
         if self.hit_rate is not None:
             out["cache_hits"] = float(self.cache_hits)
@@ -128,8 +136,11 @@ class Meter:
         self._current.hits += int(hits)
         self._current.misses += int(misses)
 
-    def add_phase_time(self, phase: Phase | str, seconds: float) -> None:
+    def add_phase_time(self, phase: Phase | str, seconds: float, cpu_seconds: float = 0.0) -> None:
+        """Charge ``seconds`` of wall time, of which the charging thread spent ``cpu_seconds`` on
+        a CPU, to ``phase``."""
         self._current.phase_s[str(phase)] += seconds
+        self._current.phase_cpu_s[str(phase)] += cpu_seconds
 
     def count(self, name: str, value: float = 1.0) -> None:
         """A system-specific counter (e.g. ``rows_sync_now``), summed over the iteration."""
@@ -137,11 +148,12 @@ class Meter:
 
     @contextmanager
     def phase(self, phase: Phase | str) -> Iterator[None]:
-        start = time.perf_counter()
+        """Charge the block's wall time and this thread's CPU time to ``phase``."""
+        start, start_cpu = time.perf_counter(), time.thread_time()
         try:
             yield
         finally:
-            self.add_phase_time(phase, time.perf_counter() - start)
+            self.add_phase_time(phase, time.perf_counter() - start, time.thread_time() - start_cpu)
 
     def end_step(self) -> StepRecord:
         record = self._current.freeze()
@@ -163,6 +175,7 @@ class _OpenRecord:
         self.bytes_sent: defaultdict[str, int] = defaultdict(int)
         self.rows_sent: defaultdict[str, int] = defaultdict(int)
         self.phase_s: defaultdict[str, float] = defaultdict(float)
+        self.phase_cpu_s: defaultdict[str, float] = defaultdict(float)
         self.counters: defaultdict[str, float] = defaultdict(float)
         self.hits = 0
         self.misses = 0
@@ -172,6 +185,7 @@ class _OpenRecord:
             bytes_sent=dict(self.bytes_sent),
             rows_sent=dict(self.rows_sent),
             phase_s=dict(self.phase_s),
+            phase_cpu_s=dict(self.phase_cpu_s),
             cache_hits=self.hits,
             cache_misses=self.misses,
             counters=dict(self.counters),

@@ -132,11 +132,13 @@ def nbytes(*tensors: torch.Tensor) -> int:
 
 def merge_trainer_records(records: Sequence[StepRecord]) -> StepRecord:
     """One iteration's record from the T trainers' records: traffic and counters summed over
-    trainers, phase times as trainer 0 (``records[0]``) saw them (summing times makes no sense)."""
+    trainers, phase times (wall and CPU) as trainer 0 (``records[0]``) saw them (summing times
+    makes no sense)."""
     merged = StepRecord()
     for record in records:
         merged = merged + record
     merged.phase_s = dict(records[0].phase_s) if records else {}
+    merged.phase_cpu_s = dict(records[0].phase_cpu_s) if records else {}
     return merged
 
 

@@ -128,21 +128,22 @@ def backward_timing_sync(loss: torch.Tensor, meter: Meter) -> None:
     parameter's gradient is ready), as soon as the last gradient is computed. Without a
     collective, the sync share is the few microseconds between the two callbacks.
     """
-    computed: list[float] = []
+    computed: list[tuple[float, float]] = []  # (wall, this thread's CPU) at the split
 
     def queue_mark(grad: torch.Tensor) -> None:
-        Variable._execution_engine.queue_callback(lambda: computed.append(time.perf_counter()))
+        Variable._execution_engine.queue_callback(
+            lambda: computed.append((time.perf_counter(), time.thread_time())))
 
     handle = loss.register_hook(queue_mark)
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.thread_time()
     try:
         loss.backward()
     finally:
         handle.remove()
-    ended = time.perf_counter()
-    split = computed[0] if computed else ended
-    meter.add_phase_time(Phase.BACKWARD, split - started)
-    meter.add_phase_time(Phase.SYNC, ended - split)
+    ended, ended_cpu = time.perf_counter(), time.thread_time()
+    split, split_cpu = computed[0] if computed else (ended, ended_cpu)
+    meter.add_phase_time(Phase.BACKWARD, split - started, split_cpu - started_cpu)
+    meter.add_phase_time(Phase.SYNC, ended - split, ended_cpu - split_cpu)
 
 
 def replicate_dense(model: nn.Module, fuse: FusedTail | None = None) -> DistributedDataParallel:

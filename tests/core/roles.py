@@ -82,7 +82,8 @@ class GroupMember:
 
     def train_wide_slice(self, elems: int) -> dict[str, float]:
         """One forward and backward of a DDP replica with ``elems`` parameters (a single bucket);
-        the phase times it charged, and the step's wall time as ``"wall"``."""
+        the phase times it charged, their CPU as ``"cpu_<phase>"``, and the step's wall time as
+        ``"wall"``."""
         from bagpipe.training.step import forward_backward, replicate_dense
 
         torch.manual_seed(0)
@@ -93,7 +94,9 @@ class GroupMember:
         forward_backward(replica, torch.randn(2, elems), rows, inverse, torch.ones(2), 2,
                          runtime.current().meter)
         wall = time.perf_counter() - start
-        return {**runtime.current().meter.end_step().phase_s, "wall": wall}
+        record = runtime.current().meter.end_step()
+        return {**record.phase_s, **{f"cpu_{k}": v for k, v in record.phase_cpu_s.items()},
+                "wall": wall}
 
     def allreduce_async(self, tensor: torch.Tensor) -> tuple[torch.Tensor, float, float]:
         """The summed tensor, seconds to start the all-reduce, seconds until it completed."""

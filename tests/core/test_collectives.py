@@ -55,4 +55,7 @@ def test_a_replicas_wait_for_its_all_reduce_is_charged_as_sync_not_backward() ->
     for phases in results:
         assert phases["sync"] >= 0.9 * RING_S
         assert phases["backward"] < phases["sync"] / 2
-        assert sum(v for k, v in phases.items() if k != "wall") <= phases["wall"]
+        wall_phases = {k: v for k, v in phases.items() if k != "wall" and not k.startswith("cpu_")}
+        assert sum(wall_phases.values()) <= phases["wall"]
+        # the wait is waiting: the replica's thread spends little CPU on it
+        assert phases["cpu_sync"] < phases["sync"] / 2

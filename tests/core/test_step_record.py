@@ -36,6 +36,19 @@ def test_phase_timer_measures_wall_time() -> None:
     assert meter.end_step().phase_s["forward"] >= 0.02
 
 
+def test_a_phases_cpu_is_its_threads_work_not_its_waiting() -> None:
+    meter = Meter()
+    with meter.phase(Phase.SYNC):
+        time.sleep(0.05)
+    with meter.phase(Phase.FORWARD):
+        until = time.thread_time() + 0.05
+        while time.thread_time() < until:
+            pass
+    record = meter.end_step()
+    assert record.phase_cpu_s["sync"] < 0.01 < 0.05 <= record.phase_s["sync"]
+    assert 0.05 <= record.phase_cpu_s["forward"] <= record.phase_s["forward"]
+
+
 def test_records_of_two_roles_sum() -> None:
     a = StepRecord(bytes_sent={"emb_pull": 10}, cache_hits=1, counters={"rows_sync_now": 2})
     b = StepRecord(bytes_sent={"emb_pull": 5, "allreduce": 7}, cache_misses=1)
@@ -56,13 +69,15 @@ def test_total_over_iterations() -> None:
 
 def test_sums_and_flat_export_by_value() -> None:
     a = StepRecord(bytes_sent={"emb_pull": 10}, rows_sent={"emb_pull": 2}, phase_s={"forward": 0.5},
-                   cache_hits=3, cache_misses=1, counters={"rows_sync_now": 2.0})
+                   phase_cpu_s={"forward": 0.25}, cache_hits=3, cache_misses=1,
+                   counters={"rows_sync_now": 2.0})
     b = StepRecord(bytes_sent={"emb_push": 4}, rows_sent={"emb_pull": 5, "emb_push": 1},
-                   phase_s={"forward": 0.25}, cache_hits=1, cache_misses=3)
+                   phase_s={"forward": 0.25}, phase_cpu_s={"forward": 0.125}, cache_hits=1,
+                   cache_misses=3)
     assert (a + b).flat() == {
         "bytes_emb_pull": 10.0, "bytes_emb_push": 4.0,
         "rows_emb_pull": 7.0, "rows_emb_push": 1.0,
-        "time_forward_s": 0.75,
+        "time_forward_s": 0.75, "cpu_forward_s": 0.375,
         "rows_sync_now": 2.0,
         "cache_hits": 4.0, "cache_misses": 4.0, "hit_rate": 0.5,
     }

@@ -9,14 +9,16 @@ import math
 import statistics
 from pathlib import Path
 
+import pytest
 from scipy import stats
 
-from bagpipe.harness.report.bound import bound_lines
+from bagpipe.core.net.topology import Topology
+from bagpipe.harness.report.bound import bound_lines, priced_ratios
 from bagpipe.harness.report.fig7 import markdown, summary_table
 from bagpipe.harness.report.head_to_head import head_to_head_lines
 from bagpipe.harness.track.sweeps import add_speedups, runs_frame
 
-from .test_fig7_regime import _record
+from .test_fig7_regime import DILATION, GBPS, LATENCY_US, _record
 
 #: The bound's iteration time per block (seed); the machine's speed drifts from block to block.
 BOUND_S = (0.10, 0.20, 0.05)
@@ -92,3 +94,57 @@ def test_the_gap_to_the_bound_is_split_by_phase_other_time_and_cpu() -> None:
               "a trainer's CPU |")
     assert lines[lines.index(header) + 2] == \
         "| dlrm | +7.00 | +0.50 | +0.50 | +1.00 | +3.00 | +0.50 | +1.50 | +4.00 |"
+
+
+def test_the_cpu_gap_is_split_by_phase_and_outside_the_steps_thread() -> None:
+    """Bagpipe's mean minus the bound's of the CPU trainer 0's step thread spent in each phase,
+    and of a trainer's CPU beyond them (its background threads, collectives, RPC)."""
+    phases = ("forward", "backward", "sync")
+    records = [_record(system, seconds, per_iter_trainer_cpu_s=cpu,
+                       **{f"time_{p}_s": 0.01 for p in phases},
+                       **{f"cpu_{p}_s": v for p, v in zip(phases, step_cpu, strict=True)})
+               for system, seconds, cpu, step_cpu in (
+                   ("embedding_free", 0.020, 0.016, (0.004, 0.007, 0.0005)),
+                   ("bagpipe", 0.027, 0.020, (0.0045, 0.0075, 0.0015)))]
+    lines = bound_lines(runs_frame(records))
+    header = "| model | forward | backward | sync | outside the step's thread | a trainer's CPU |"
+    assert lines[lines.index(header) + 2] == "| dlrm | +0.50 | +0.50 | +1.00 | +2.00 | +4.00 |"
+    # runs that did not record their phases' CPU get no such table
+    older = [_record(system, seconds, per_iter_trainer_cpu_s=cpu, time_sync_s=0.01)
+             for system, seconds, cpu in (("embedding_free", 0.02, 0.016), ("bagpipe", 0.027, 0.02))]
+    assert not any("outside the step's thread" in line for line in bound_lines(runs_frame(older)))
+
+
+def _priced(bagpipe_cpu_s: float, bagpipe_allreduce: float) -> dict[str, float]:
+    """:func:`priced_ratios` of a Bagpipe run against a bound run that moved 1e5 all-reduce bytes
+    on 16 ms of trainer CPU (compute 2 ms on the target)."""
+    pair = {}
+    for system, cpu_s, allreduce in (("embedding_free", 0.016, 1e5),
+                                     ("bagpipe", bagpipe_cpu_s, bagpipe_allreduce)):
+        record = _record(system, 0.02, per_iter_trainer_cpu_s=cpu_s,
+                         bytes_per_iter_allreduce=allreduce, per_iter_rows_sync_later=0.0)
+        record.params["dilation.compute_target_ms"] = "2.0"
+        pair[system] = runs_frame([record]).iloc[0].to_dict()
+    return priced_ratios(pair["bagpipe"], pair["embedding_free"])
+
+
+def _ring_s(allreduce_bytes: float, dilation: float) -> float:
+    """A two-trainer ring all-reduce of ``allreduce_bytes`` (summed over both) on the tiny
+    topology dilated by ``dilation``, by hand (``costmodel.flow_time_s``)."""
+    nic = Topology.uniform(GBPS, LATENCY_US, trainers=2, servers=1).dilated(dilation).trainer_nic
+    payload_bps = min(nic.egress_payload_bytes_per_s, nic.ingress_payload_bytes_per_s) * 8
+    return 2 * nic.latency_s + 2 * (allreduce_bytes / 2 * 8) / 2 / payload_bps
+
+
+def test_pricing_at_the_bounds_cpu_leaves_only_the_traffic() -> None:
+    # the same bytes: only the 4 ms more CPU separates them, and the bound's CPU erases it
+    same = _priced(0.020, 1e5)
+    ring = _ring_s(1e5, DILATION)
+    assert same["own CPU"] == pytest.approx((0.020 + ring) / (0.016 + ring))
+    assert same["the bound's CPU"] == pytest.approx(1.0)
+    # 4x the all-reduce bytes (the cached rows'): the traffic's cost, on the run's network and
+    # undilated on the target with the target's compute for both
+    more = _priced(0.020, 4e5)
+    assert more["the bound's CPU"] == pytest.approx(
+        (0.016 + _ring_s(4e5, DILATION)) / (0.016 + ring))
+    assert more["target"] == pytest.approx((0.002 + _ring_s(4e5, 1.0)) / (0.002 + _ring_s(1e5, 1.0)))

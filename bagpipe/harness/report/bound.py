@@ -8,17 +8,44 @@ is *met* only where the whole interval lies at or below it, *missed* where the w
 lies above it, and *within noise of* it where the interval straddles it: a single block has no
 interval and decides nothing.
 
+Two tables then say where the gap comes from, so that a miss can be told apart as the
+algorithm's or the implementation's:
+
+* **Traffic or CPU.** The cost model (:mod:`bagpipe.harness.report.costmodel`, checked against
+  these runs by the fig7 projection) prices each block's Bagpipe run three ways against its bound
+  run: with each run's own trainer CPU (the projection of the measured ratio); with *the bound's*
+  trainer CPU as Bagpipe's compute, which leaves only the traffic Bagpipe's algorithm moves (the
+  rows' all-reduce on the critical path, the rounds and the sync-later all-reduce on their lanes);
+  and on the undilated target network with the topology's compute for both. A gap that the
+  second column does not show is CPU, not traffic.
+* **Whose CPU.** Bagpipe's mean minus the bound's, per phase, of the time trainer 0 waited and
+  of the CPU its step's thread spent (``cpu_<phase>_s``, ``bagpipe.core.meter``), and of a
+  trainer's CPU outside its step's thread (background rounds, the collectives' threads, RPC).
+
 The bound trains no exact model (its trainers' tables diverge), so it is a floor, never a
 competitor: it stands in no "Bagpipe against each baseline" column and carries no AUC here.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
 import pandas as pd
 
+from bagpipe.core.net.topology import Compute
 from bagpipe.harness.report.cells import cell, column_mean
+from bagpipe.harness.report.costmodel import predict
 from bagpipe.harness.report.head_to_head import SUBJECT
 from bagpipe.harness.report.paired import PairedSpeedup, paired_speedup
+from bagpipe.harness.report.regime import (
+    TRAINER_CPU,
+    emulated_topology,
+    run_topology,
+    run_workload,
+)
 from bagpipe.harness.track.sweeps import MODEL_ORDER, in_order
 
 BOUND = "embedding_free"
@@ -48,21 +75,85 @@ def bound_lines(frame: pd.DataFrame) -> list[str]:
         ratio = paired_speedup((per_block[SUBJECT] / per_block[BOUND]).dropna().tolist())
         lines.append(f"| {model} | {cell(ratio.speedup, '.2f')}x [{cell(ratio.low, '.2f')}, "
                      f"{cell(ratio.high, '.2f')}] | {ratio.blocks} | {goal_verdict(ratio)} |")
-    return [*lines, "", *_gap_lines(done, models)]
+    return [*lines, "", *_traffic_lines(done, models), *_gap_lines(done, models)]
+
+
+#: The columns of the traffic-or-CPU table: a heading and how one block's pair is priced.
+PRICINGS = ("own CPU", "the bound's CPU", "target")
+
+
+def priced_ratios(bagpipe: Mapping[Any, Any], bound: Mapping[Any, Any]) -> dict[str, float]:
+    """One block's Bagpipe / bound iteration time as the cost model prices it, per
+    :data:`PRICINGS` (``nan`` where a run lacks what a pricing needs):
+
+    * ``own CPU``: each run's bytes and its own trainer CPU on the run's dilated network;
+    * ``the bound's CPU``: Bagpipe's bytes with the bound's trainer CPU as its compute, so only
+      the traffic its algorithm moves separates the two;
+    * ``target``: the topology's network undilated, both with the target's compute for this step
+      (``dilation.compute_target_ms``)."""
+    out = dict.fromkeys(PRICINGS, math.nan)
+    work, floor = run_workload(bagpipe), run_workload(bound)
+    emulated = emulated_topology(bagpipe)
+    if work is None or floor is None or emulated is None:
+        return out
+    floor_s = predict(floor, emulated).iter_s
+    out["own CPU"] = predict(work, emulated).iter_s / floor_s
+    out["the bound's CPU"] = predict(replace(work, compute_s=floor.compute_s), emulated).iter_s / floor_s
+    target, target_ms = run_topology(bagpipe), bagpipe.get("dilation.compute_target_ms")
+    if target is not None and target_ms is not None and not pd.isna(target_ms):
+        target = replace(target, compute=Compute())
+        compute_s = float(target_ms) / 1000
+        out["target"] = (predict(replace(work, compute_s=compute_s), target).iter_s
+                         / predict(replace(floor, compute_s=compute_s), target).iter_s)
+    return out
+
+
+def _traffic_lines(done: pd.DataFrame, models: list[str]) -> list[str]:
+    """The traffic-or-CPU table (module docstring): per model, the measured ratio beside the
+    three pricings of :func:`priced_ratios`, geometric means over the blocks."""
+    if TRAINER_CPU not in done:
+        return []
+    lines = [f"Traffic or CPU: Bagpipe / {BOUND} as the cost model prices each block's pair, "
+             "geometric mean over blocks. *Own CPU* prices each run's bytes with its own trainer "
+             f"CPU; *{PRICINGS[1]}* gives Bagpipe the bound's trainer CPU, leaving only the traffic "
+             "its algorithm moves; *target* is the topology's network undilated with the target's "
+             "compute for both:", "",
+             f"| model | measured | {' | '.join(PRICINGS)} |", "|---|---|" + "---|" * len(PRICINGS)]
+    for model in models:
+        runs = done[done["model"] == model]
+        pairs = [(row, runs[(runs["system"] == BOUND) & (runs["seed"] == row["seed"])])
+                 for row in runs[runs["system"] == SUBJECT].to_dict("records")]
+        priced = [(row, priced_ratios(row, bound.iloc[0].to_dict()))
+                  for row, bound in pairs if not bound.empty]
+        if not priced:
+            continue
+        measured = [row["iter_time_mean_s"] / float(bound.iloc[0]["iter_time_mean_s"])
+                    for row, bound in pairs if not bound.empty]
+        cells = [paired_speedup([p[name] for _, p in priced]).speedup for name in PRICINGS]
+        lines.append(f"| {model} | {cell(paired_speedup(measured).speedup, '.2f', 'x')} | "
+                     + " | ".join(cell(v, ".2f", "x") for v in cells) + " |")
+    return [*lines, ""]
+
 
 
 def _gap_lines(done: pd.DataFrame, models: list[str]) -> list[str]:
-    """Where Bagpipe's time above the bound's goes: per model, Bagpipe's mean minus the bound's of
-    each of trainer 0's phases, of the time no phase covers, and of a trainer's CPU (ms per
-    iteration). ``sync`` beyond the bound's is the rows' all-reduce LRPP adds to the dense one;
-    the rest is CPU work the bound does not do (the cache's upkeep, on these shared cores)."""
+    """Where Bagpipe's time above the bound's goes: per model, Bagpipe's mean minus the bound's
+    (ms per iteration) of each of trainer 0's phases, of the time no phase covers and of a
+    trainer's CPU; then, where the runs recorded it, of the CPU trainer 0's step thread spent in
+    each phase and of a trainer's CPU outside it (background threads, collectives, RPC)."""
     present = [p for p in GAP_PHASES if f"time_{p}_s" in done]
     if not present:
         return []
+    header = f"| model | iteration | {' | '.join(present)} | other | a trainer's CPU |"
     lines = [f"Where Bagpipe's time above {BOUND}'s goes, ms per iteration (Bagpipe's mean minus "
              "the bound's; trainer 0's phases, the time no phase covers, and a trainer's CPU):",
-             "", f"| model | iteration | {' | '.join(present)} | other | a trainer's CPU |",
-             "|---|---|" + "---|" * (len(present) + 2)]
+             "", header, "|---|---|" + "---|" * (len(present) + 2)]
+    with_cpu = [p for p in present if f"cpu_{p}_s" in done]
+    cpu_lines = ["The CPU behind it, ms per iteration (Bagpipe's mean minus the bound's): trainer "
+                 "0's step thread in each phase, and a trainer's CPU outside that thread "
+                 "(background rounds, the collectives' threads, RPC):", "",
+                 f"| model | {' | '.join(with_cpu)} | outside the step's thread | a trainer's CPU |",
+                 "|---|" + "---|" * (len(with_cpu) + 2)]
     for model in models:
         runs = {system: done[(done["model"] == model) & (done["system"] == system)]
                 for system in (SUBJECT, BOUND)}
@@ -72,10 +163,16 @@ def _gap_lines(done: pd.DataFrame, models: list[str]) -> list[str]:
 
         phases = [gap(f"time_{p}_s") for p in present]
         other = gap("iter_time_mean_s") - sum(phases)
+        trainer_cpu = gap(TRAINER_CPU)
         lines.append(f"| {model} | {cell(gap('iter_time_mean_s'), '+.2f')} | "
                      f"{' | '.join(cell(v, '+.2f') for v in phases)} | {cell(other, '+.2f')} | "
-                     f"{cell(gap('per_iter_trainer_cpu_s'), '+.2f')} |")
-    return [*lines, ""]
+                     f"{cell(trainer_cpu, '+.2f')} |")
+        step_cpu = [gap(f"cpu_{p}_s") for p in with_cpu]
+        cpu_lines.append(f"| {model} | {' | '.join(cell(v, '+.2f') for v in step_cpu)} | "
+                         f"{cell(trainer_cpu - sum(step_cpu), '+.2f')} | "
+                         f"{cell(trainer_cpu, '+.2f')} |")
+    recorded = with_cpu and not done[[f"cpu_{p}_s" for p in with_cpu]].isna().all().all()
+    return [*lines, "", *([*cpu_lines, ""] if recorded else [])]
 
 
 def goal_verdict(ratio: PairedSpeedup, goal: float = GOAL) -> str:

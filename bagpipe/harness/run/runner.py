@@ -457,6 +457,7 @@ def summarize(
         phase_s = total.phase_s.get(phase, 0.0) / count
         summary[f"time_{phase}_s"] = phase_s
         summary[f"share_{phase}"] = phase_s / mean_s if mean_s > 0 else 0.0
+        summary[f"cpu_{phase}_s"] = total.phase_cpu_s.get(phase, 0.0) / count
     # every counter the run ever counted, so one silent in the window reads 0, not "not recorded"
     for name in dict.fromkeys(key for record in records for key in record.counters):
         summary[f"per_iter_{name}"] = total.counters.get(name, 0.0) / count
