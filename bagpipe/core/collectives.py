@@ -129,12 +129,19 @@ def _as_list(tensors: torch.Tensor | list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def _flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """One flat tensor holding ``tensors``: a view of the only one when it is contiguous (the
+    collective then sums it in place, with no copy in and out), else a concatenated copy."""
     if not tensors:
         return torch.empty(0)
+    if len(tensors) == 1 and tensors[0].is_contiguous():
+        return tensors[0].detach().view(-1)
     return torch.cat([t.detach().reshape(-1) for t in tensors])
 
 
 def _unflatten_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
+    """Copy the summed ``flat`` back into ``tensors`` (nothing to do where it is their view)."""
+    if len(tensors) == 1 and flat.data_ptr() == tensors[0].data_ptr():
+        return
     offset = 0
     with torch.no_grad():
         for t in tensors:

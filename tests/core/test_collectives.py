@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from bagpipe.core.collectives import _flatten, _unflatten_into
 from bagpipe.core.net import NetworkConfig, Topology
 from bagpipe.core.roles import Deployment
 
@@ -59,3 +60,22 @@ def test_a_replicas_wait_for_its_all_reduce_is_charged_as_sync_not_backward() ->
         assert sum(wall_phases.values()) <= phases["wall"]
         # the wait is waiting: the replica's thread spends little CPU on it
         assert phases["cpu_sync"] < phases["sync"] / 2
+
+
+def test_one_contiguous_tensor_is_summed_in_place_and_others_through_a_copy() -> None:
+    """A sync-later buffer (one contiguous tensor) crosses as itself, with no copy in or out;
+    several tensors, or a strided one, are packed into one flat copy and unpacked after."""
+    rows = torch.arange(6.0).view(3, 2)
+    flat = _flatten([rows])
+    assert flat.data_ptr() == rows.data_ptr()
+    flat.mul_(2)  # what the collective's SUM does to it
+    _unflatten_into(flat, [rows])
+    assert rows.flatten().tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+    strided, other = torch.arange(6.0).view(2, 3).t(), torch.ones(2)
+    for tensors in ([strided], [strided, other]):
+        packed = _flatten(tensors)
+        assert packed.data_ptr() != tensors[0].data_ptr()
+        packed.add_(1)
+        _unflatten_into(packed, tensors)
+    assert strided.t().flatten().tolist() == [2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+    assert other.tolist() == [2.0, 2.0]

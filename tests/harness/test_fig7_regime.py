@@ -190,9 +190,10 @@ def test_the_rescaled_runs_stand_beside_fig7s_at_each_dilation() -> None:
 
 def test_the_profile_shows_each_systems_cpu_and_its_compute_against_the_reference() -> None:
     """Cores busy = (trainers x a trainer's CPU + helpers' + driver's) / iteration; trainer 0's
-    forward + backward against the reference's of the same block, a geometric mean over blocks."""
+    forward + backward against the reference's of the same block, a geometric mean over blocks,
+    in wall time and in its thread's CPU (here the same work, waiting longer for a core)."""
     cpu = {"per_iter_trainer_cpu_s": 0.03, "per_iter_helpers_cpu_s": 0.01,
-           "per_iter_driver_cpu_s": 0.002}
+           "per_iter_driver_cpu_s": 0.002, "cpu_forward_s": 0.008, "cpu_backward_s": 0.016}
     records = [
         _record("sync_ps", 0.04, seed=0, time_forward_s=0.010, time_backward_s=0.020, **cpu),
         _record("sync_ps", 0.05, seed=1, time_forward_s=0.020, time_backward_s=0.030, **cpu),
@@ -205,12 +206,13 @@ def test_the_profile_shows_each_systems_cpu_and_its_compute_against_the_referenc
     assert cells[2:7] == ["45.0", "30.0", "10.0", "2.0", "1.60"]  # 72 ms CPU in 45 ms
     assert cells[7] == "48.0"  # forward + backward, mean over blocks
     assert cells[8] == f"{math.sqrt(1.2 * 1.2):.2f}x"  # 36/30 and 60/50
+    assert cells[9] == "1.00x"  # the same CPU in both
     assert "* Forward + backward within 15% of sync_ps's in the same blocks: 0 of 1 (model, " \
            "system) pairs; outside: bagpipe on dlrm (1.20x)." in lines
     whole_batch = profile_lines(runs_frame([*records, _record(
         "local", 0.03, time_forward_s=0.02, time_backward_s=0.04, **cpu)]), "sync_ps")
     local_row = next(line for line in whole_batch if line.startswith("| dlrm | local |"))
-    assert local_row.rstrip(" |").endswith("| 60.0 | –")  # a whole batch is not a trainer's slice
+    assert local_row.rstrip(" |").endswith("| 60.0 | – | –")  # a whole batch is not a trainer's
     without = profile_lines(runs_frame([_record("sync_ps", 0.04)]), "sync_ps")
     assert any("did not record their CPU" in line for line in without)
 

@@ -14,7 +14,9 @@ phases. This section sets them side by side:
   set the rules (goal: within 15%). Every system's phases follow one rule
   (``bagpipe.core.meter.Phase``): DDP's wait for its all-reduce at backward's end, with any rows
   riding in it (Bagpipe's sync-now rows, FAE's hot rows), is sync, and getting a step's rows is
-  fetch, so the ratio compares the same dense work, slowed only by CPU taken from it.
+  fetch, so the ratio compares the same dense work, slowed only by CPU taken from it. Beside it,
+  the same ratio of the CPU the step's thread spent in forward + backward (``cpu_<phase>_s``):
+  near 1 where the work is the same and only the waits for a core differ.
 
 A second table gives those bytes: what every role together sent per timed iteration, as the
 ledger booked it (``bytes_per_iter_<link>``). A cache trades rows pulled from and pushed to the
@@ -35,6 +37,9 @@ from bagpipe.harness.track.sweeps import MODEL_ORDER, SYSTEM_ORDER, in_order
 CPU_COLUMNS = ("per_iter_trainer_cpu_s", "per_iter_helpers_cpu_s", "per_iter_driver_cpu_s")
 #: Trainer 0's phases that hold a step's dense work (TorchRec's pipeline times none of them).
 COMPUTE_PHASES = ("time_forward_s", "time_backward_s")
+#: The CPU its step's thread spent in them (``bagpipe.core.meter``): the work itself, without the
+#: waits for a core that the wall time holds.
+COMPUTE_CPU = ("cpu_forward_s", "cpu_backward_s")
 COMPUTE_TOLERANCE = 0.15  # the CPU-share check's goal: forward + backward within 15%
 #: The system whose one process trains the whole global batch: its forward + backward is not a
 #: trainer's slice, so it has no ratio (the check is among networked systems' trainers).
@@ -56,10 +61,12 @@ def profile_lines(frame: pd.DataFrame, reference: str) -> list[str]:
     lines += [
         "Per timed iteration, means over blocks (`bagpipe/harness/report/profile.py`):", "",
         f"| model | system | iter ms | a trainer's CPU ms | helpers' CPU ms | driver CPU ms | "
-        f"cores busy | forward + backward ms | vs {reference} (same block) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"cores busy | forward + backward ms | vs {reference} (same block) | its CPU vs "
+        f"{reference}'s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    compute = _compute_ratios(done, reference)
+    compute = _compute_ratios(done, reference, COMPUTE_PHASES)
+    compute_cpu = _compute_ratios(done, reference, COMPUTE_CPU)
     for (model, system), group in _ordered_groups(done):
         trainers = pd.to_numeric(group["trainers"], errors="coerce").mean() if "trainers" in group \
             else math.nan
@@ -71,7 +78,8 @@ def profile_lines(frame: pd.DataFrame, reference: str) -> list[str]:
         lines.append(
             f"| {model} | {system} | {_ms(iter_s)} | {_ms(trainer_s)} | {_ms(helpers_s)} | "
             f"{_ms(driver_s)} | {cell(busy, '.2f')} | {_ms(fwd_bwd_s) if fwd_bwd_s > 0 else '–'} | "
-            f"{cell(ratio, '.2f', 'x')} |"
+            f"{cell(ratio, '.2f', 'x')} | "
+            f"{cell(compute_cpu.get((str(model), str(system)), math.nan), '.2f', 'x')} |"
         )
     return [*lines, "", *_compute_verdict(compute, reference), *_traffic_lines(done)]
 
@@ -105,13 +113,14 @@ def _traffic_lines(done: pd.DataFrame) -> list[str]:
     return [*lines, ""]
 
 
-def _compute_ratios(done: pd.DataFrame, reference: str) -> dict[tuple[str, str], float]:
+def _compute_ratios(done: pd.DataFrame, reference: str,
+                    columns: tuple[str, ...]) -> dict[tuple[str, str], float]:
     """Per (model, system): geometric mean over blocks (seeds) of trainer 0's forward + backward
-    over the reference's in the same block; absent where either recorded none."""
-    if not set(COMPUTE_PHASES) <= set(done):
+    (the sum of ``columns``: its wall time, or its thread's CPU) over the reference's in the same
+    block; absent where either recorded none."""
+    if not set(columns) <= set(done):
         return {}
-    fwd_bwd = done.assign(fwd_bwd_s=sum(pd.to_numeric(done[c], errors="coerce")
-                                        for c in COMPUTE_PHASES))
+    fwd_bwd = done.assign(fwd_bwd_s=sum(pd.to_numeric(done[c], errors="coerce") for c in columns))
     by_block = fwd_bwd.pivot_table(index=["model", "seed"], columns="system", values="fwd_bwd_s")
     if reference not in by_block:
         return {}
