@@ -121,19 +121,18 @@ def _traffic_lines(done: pd.DataFrame, models: list[str]) -> list[str]:
              f"| model | measured | {' | '.join(PRICINGS)} |", "|---|---|" + "---|" * len(PRICINGS)]
     for model in models:
         runs = done[done["model"] == model]
-        pairs = [(row, runs[(runs["system"] == BOUND) & (runs["seed"] == row["seed"])])
-                 for row in runs[runs["system"] == SUBJECT].to_dict("records")]
-        priced = [(row, priced_ratios(row, bound.iloc[0].to_dict()))
-                  for row, bound in pairs if not bound.empty]
-        if not priced:
+        bounds = runs[runs["system"] == BOUND].drop_duplicates("seed").set_index("seed")
+        pairs = [(row, bounds.loc[row["seed"]].to_dict())
+                 for row in runs[runs["system"] == SUBJECT].to_dict("records")
+                 if row["seed"] in bounds.index]
+        if not pairs:
             continue
-        measured = [row["iter_time_mean_s"] / float(bound.iloc[0]["iter_time_mean_s"])
-                    for row, bound in pairs if not bound.empty]
-        cells = [paired_speedup([p[name] for _, p in priced]).speedup for name in PRICINGS]
+        priced = [priced_ratios(row, bound) for row, bound in pairs]
+        measured = [row["iter_time_mean_s"] / bound["iter_time_mean_s"] for row, bound in pairs]
+        cells = [paired_speedup([p[name] for p in priced]).speedup for name in PRICINGS]
         lines.append(f"| {model} | {cell(paired_speedup(measured).speedup, '.2f', 'x')} | "
                      + " | ".join(cell(v, ".2f", "x") for v in cells) + " |")
     return [*lines, ""]
-
 
 
 def _gap_lines(done: pd.DataFrame, models: list[str]) -> list[str]:
