@@ -19,6 +19,7 @@ Conventions (every system follows them; the equivalence tests rely on them):
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -127,12 +128,20 @@ def backward_timing_sync(loss: torch.Tensor, meter: Meter) -> None:
     final callback queued from the graph's first node, so it runs before DDP's (queued once a
     parameter's gradient is ready), as soon as the last gradient is computed. Without a
     collective, the sync share is the few microseconds between the two callbacks.
+
+    The calling thread's CPU is split at the same point. On a CPU graph the callback runs on the
+    calling thread; where it runs on another (an accelerator's autograd thread), that thread's
+    CPU clock says nothing about the caller's, so all of the caller's CPU is charged to backward.
     """
-    computed: list[tuple[float, float]] = []  # (wall, this thread's CPU) at the split
+    caller = threading.get_ident()
+    computed: list[tuple[float, float | None]] = []  # wall, and the caller's CPU, at the split
+
+    def mark() -> None:
+        on_caller = threading.get_ident() == caller
+        computed.append((time.perf_counter(), time.thread_time() if on_caller else None))
 
     def queue_mark(grad: torch.Tensor) -> None:
-        Variable._execution_engine.queue_callback(
-            lambda: computed.append((time.perf_counter(), time.thread_time())))
+        Variable._execution_engine.queue_callback(mark)
 
     handle = loss.register_hook(queue_mark)
     started, started_cpu = time.perf_counter(), time.thread_time()
@@ -142,6 +151,7 @@ def backward_timing_sync(loss: torch.Tensor, meter: Meter) -> None:
         handle.remove()
     ended, ended_cpu = time.perf_counter(), time.thread_time()
     split, split_cpu = computed[0] if computed else (ended, ended_cpu)
+    split_cpu = ended_cpu if split_cpu is None else split_cpu
     meter.add_phase_time(Phase.BACKWARD, split - started, split_cpu - started_cpu)
     meter.add_phase_time(Phase.SYNC, ended - split, ended_cpu - split_cpu)
 

@@ -90,7 +90,8 @@ def priced_ratios(bagpipe: Mapping[Any, Any], bound: Mapping[Any, Any]) -> dict[
     * ``the bound's CPU``: Bagpipe's bytes with the bound's trainer CPU as its compute, so only
       the traffic its algorithm moves separates the two;
     * ``target``: the topology's network undilated, both with the target's compute for this step
-      (``dilation.compute_target_ms``)."""
+      (``dilation.compute_target_ms``); Bagpipe's servers keep the CPU they spent here, on the
+      lane of its rounds (a charge no faster server can raise)."""
     out = dict.fromkeys(PRICINGS, math.nan)
     work, floor = run_workload(bagpipe), run_workload(bound)
     emulated = emulated_topology(bagpipe)
