@@ -9,6 +9,7 @@ import math
 import statistics
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from scipy import stats
 
@@ -148,3 +149,49 @@ def test_pricing_at_the_bounds_cpu_leaves_only_the_traffic() -> None:
     assert more["the bound's CPU"] == pytest.approx(
         (0.016 + _ring_s(4e5, DILATION)) / (0.016 + ring))
     assert more["target"] == pytest.approx((0.002 + _ring_s(4e5, 1.0)) / (0.002 + _ring_s(1e5, 1.0)))
+
+
+def test_a_set_spanning_two_regimes_pairs_each_run_with_its_own_regimes(tmp_path: Path) -> None:
+    """fig7_dilation's d/2 and 2d runs share their seeds: every paired table divides a run by
+    its own regime's, also after the table went through a ``runs.csv``."""
+    records = []
+    for scale, bound_s, bagpipe_s, sync_s in (("0.5", 0.100, 0.110, 0.200),
+                                              ("2.0", 0.050, 0.080, 0.060)):
+        for system, seconds in (("embedding_free", bound_s), ("bagpipe", bagpipe_s),
+                                ("sync_ps", sync_s)):
+            record = _record(system, seconds)
+            record.params["dilation.scale"] = scale
+            records.append(record)
+    frame = runs_frame(records)
+    csv = tmp_path / "runs.csv"
+    frame.to_csv(csv, index=False)
+    for table in (frame, pd.read_csv(csv)):
+        # Paired within its regime: 1.10x and 1.60x, geometric mean sqrt(1.76). Paired by the
+        # seed alone, the bound's 2d run would stand against both of Bagpipe's (1.6x and 2.2x).
+        ratio = _row(bound_lines(table))
+        assert ratio.startswith(f"| dlrm | {math.sqrt(1.10 * 1.60):.2f}x [")
+        assert ratio.endswith("| 2 | within noise of 1.15x |")
+        lines = head_to_head_lines(table)
+        row = lines[lines.index("| model | vs sync_ps |") + 2]
+        assert row.startswith(f"| dlrm | {math.sqrt(0.200 / 0.110 * 0.060 / 0.080):.2f}x [")
+
+
+def test_a_table_read_from_mlflow_carries_the_regime_its_blocks_pair_by(tmp_path: Path) -> None:
+    import mlflow
+
+    from bagpipe.harness.report.loading import table_from_mlflow
+    from bagpipe.harness.track.sweeps import BLOCK, with_blocks
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    experiment = mlflow.create_experiment("regimes")
+    for scale in ("0.5", "2.0"):
+        with mlflow.start_run(experiment_id=experiment):
+            mlflow.set_tags({"suite": "fig7_dilation", "sweep_id": "s1", "system": "bagpipe",
+                             "model": "dlrm", "dataset": "synthetic", "git_sha": "abc"})
+            mlflow.log_params({"seed": "0", "dilation.scale": scale, "run.batch_size": "1024"})
+            mlflow.log_metric("iter_time_mean_s", 0.1)
+    frame = table_from_mlflow(uri, "regimes", "fig7_dilation").frame
+    assert sorted(frame["dilation.scale"].astype(str)) == ["0.5", "2.0"]
+    assert "seed" in frame and "run.batch_size" in frame
+    assert with_blocks(frame)[BLOCK].nunique() == 2

@@ -14,7 +14,7 @@ import pandas as pd
 
 from bagpipe.harness.report.cells import cell
 from bagpipe.harness.report.paired import PairedSpeedup, paired_speedup
-from bagpipe.harness.track.sweeps import MODEL_ORDER, in_order
+from bagpipe.harness.track.sweeps import BLOCK, MODEL_ORDER, in_order, with_blocks
 
 SUBJECT = "bagpipe"
 EXACT_BASELINES = ("sync_ps", "fae", "torchrec")
@@ -23,8 +23,8 @@ STALE_BASELINE = "het"
 
 def head_to_head_lines(frame: pd.DataFrame) -> list[str]:
     """The markdown section (empty when the runs hold no Bagpipe run)."""
-    done = frame[frame["status"] == "FINISHED"]
-    times = done.pivot_table(index=["model", "seed"], columns="system", values="iter_time_mean_s")
+    done = with_blocks(frame[frame["status"] == "FINISHED"])
+    times = done.pivot_table(index=["model", BLOCK], columns="system", values="iter_time_mean_s")
     if SUBJECT not in times:
         return []
     baselines = [b for b in (*EXACT_BASELINES, STALE_BASELINE) if b in times]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from bagpipe.harness.track.record import RunRecord, find_records
-from bagpipe.harness.track.sweeps import add_speedups, latest_sweep, runs_frame
+from bagpipe.harness.track.sweeps import add_speedups, is_regime_param, latest_sweep, runs_frame
 
 
 def sweeps(multirun_root: Path, suite: str, sweep_dir: Path | None = None,
@@ -101,7 +101,9 @@ def table_from_mlflow(tracking_uri: str, experiment: str, suite: str) -> RunsTab
         }
     )
     for column in runs.columns:
-        if column.startswith("metrics."):
-            frame[column[len("metrics."):]] = runs[column]
+        key = column.partition(".")[2]
+        if column.startswith("metrics.") or (column.startswith("params.")
+                                              and is_regime_param(key)):
+            frame[key] = runs[column]
     frame = frame.sort_values(["model", "system", "seed"]).reset_index(drop=True)
     return RunsTable(frame, f"MLflow {tracking_uri}")

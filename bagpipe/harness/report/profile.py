@@ -32,7 +32,7 @@ import pandas as pd
 
 from bagpipe.harness.report.cells import cell, column_mean
 from bagpipe.harness.report.paired import paired_speedup
-from bagpipe.harness.track.sweeps import MODEL_ORDER, SYSTEM_ORDER, in_order
+from bagpipe.harness.track.sweeps import BLOCK, MODEL_ORDER, SYSTEM_ORDER, in_order, with_blocks
 
 CPU_COLUMNS = ("per_iter_trainer_cpu_s", "per_iter_helpers_cpu_s", "per_iter_driver_cpu_s")
 #: Trainer 0's phases that hold a step's dense work (TorchRec's pipeline times none of them).
@@ -115,13 +115,14 @@ def _traffic_lines(done: pd.DataFrame) -> list[str]:
 
 def _compute_ratios(done: pd.DataFrame, reference: str,
                     columns: tuple[str, ...]) -> dict[tuple[str, str], float]:
-    """Per (model, system): geometric mean over blocks (seeds) of trainer 0's forward + backward
+    """Per (model, system): geometric mean over blocks (``with_blocks``) of trainer 0's forward + backward
     (the sum of ``columns``: its wall time, or its thread's CPU) over the reference's in the same
     block; absent where either recorded none."""
     if not set(columns) <= set(done):
         return {}
-    fwd_bwd = done.assign(fwd_bwd_s=sum(pd.to_numeric(done[c], errors="coerce") for c in columns))
-    by_block = fwd_bwd.pivot_table(index=["model", "seed"], columns="system", values="fwd_bwd_s")
+    fwd_bwd = with_blocks(done).assign(
+        fwd_bwd_s=sum(pd.to_numeric(done[c], errors="coerce") for c in columns))
+    by_block = fwd_bwd.pivot_table(index=["model", BLOCK], columns="system", values="fwd_bwd_s")
     if reference not in by_block:
         return {}
     ratios: dict[tuple[str, str], float] = {}

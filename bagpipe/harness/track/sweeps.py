@@ -73,7 +73,30 @@ def block_of(record: RunRecord) -> tuple[str, ...]:
     sweep) has one block per regime and seed; pairing by seed alone would divide a run at 2d by
     its reference at d/2."""
     _, model, dataset, seed = _identity(record)
-    regime = _regime_params(record.params)
+    return _block_key(model, dataset, seed, _regime_params(record.params))
+
+
+#: The column :func:`with_blocks` adds to a runs table.
+BLOCK = "block"
+
+
+def with_blocks(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (a runs table: :func:`runs_frame`, a ``runs.csv``, MLflow's) with a
+    :data:`BLOCK` column: :func:`block_of` of each row, read from its columns.
+
+    Every table that pairs runs (a bound, a profile, Bagpipe against each baseline) pivots on it,
+    so a set that spans regimes pairs each run with its own regime's, by the speedups' one rule.
+    A regime param a row lacks is left out of its key, as :func:`block_of` leaves it out."""
+    regime = [c for c in frame.columns if is_regime_param(str(c))]
+    keys = [
+        "|".join(_block_key(str(row["model"]), str(row["dataset"]), str(row["seed"]),
+                            {k: str(row[k]) for k in regime if pd.notna(row[k])}))
+        for row in frame.to_dict("records")
+    ]
+    return frame.assign(**{BLOCK: pd.Series(keys, index=frame.index, dtype=object)})
+
+
+def _block_key(model: str, dataset: str, seed: str, regime: dict[str, str]) -> tuple[str, ...]:
     return (model, dataset, seed, *(f"{k}={regime[k]}" for k in sorted(regime)))
 
 
@@ -95,8 +118,12 @@ REGIME_PARAMS = ("dilation.", "topology.", "network.", "trainers", "run.steps", 
 
 
 def _regime_params(params: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in params.items()
-            if any(k.startswith(p) if p.endswith(".") else k == p for p in REGIME_PARAMS)}
+    return {k: v for k, v in params.items() if is_regime_param(k)}
+
+
+def is_regime_param(key: str) -> bool:
+    """Whether the param ``key`` is one of :data:`REGIME_PARAMS` (or under one of its prefixes)."""
+    return any(key.startswith(p) if p.endswith(".") else key == p for p in REGIME_PARAMS)
 
 
 def runs_frame(records: Sequence[RunRecord]) -> pd.DataFrame:
