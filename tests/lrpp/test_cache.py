@@ -237,13 +237,14 @@ def test_install_and_stale_errors_list_five_ids_and_the_shapes() -> None:
     assert str(shape_error.value) == "install: rows (2, 4) for 2 ids, dim 3"
 
 
-def test_the_id_map_stays_the_sorted_resident_rows_through_installs_and_evictions() -> None:
-    """The incremental map (merge on install, drop on evict) equals the map rebuilt from the slot
-    arrays, whatever the order of installs and evictions."""
+def test_the_id_map_stays_the_resident_rows_through_installs_and_evictions() -> None:
+    """The incremental map (entries set on install, cleared on evict, grown past the largest id)
+    points every resident id at its slot and nothing else anywhere, whatever the order of installs
+    and evictions."""
     generator = torch.Generator().manual_seed(7)
     cache = TrainerCache(capacity=64, dim=2)
     for _ in range(200):
-        resident = cache.resident_ids
+        resident, _ = cache.resident(include_stale=True)
         if resident.numel() and (resident.numel() > 48 or torch.rand(1, generator=generator) < 0.4):
             picked = resident[torch.randperm(resident.numel(), generator=generator)[:5]]
             cache.evict(torch.cat([picked, torch.tensor([10_000])]))  # an absent id is ignored
@@ -252,7 +253,9 @@ def test_the_id_map_stays_the_sorted_resident_rows_through_installs_and_eviction
             new = candidates[~cache.contains(candidates)]
             cache.install(new, new.float().unsqueeze(1).expand(-1, 2).contiguous())
         slots = torch.nonzero(cache.occupied).flatten()
-        order = torch.argsort(cache.slot_id[slots])
-        assert torch.equal(cache.resident_ids, cache.slot_id[slots][order])
-        assert torch.equal(cache.resident_slots, slots[order])
-        assert torch.equal(cache.gather(cache.resident_ids)[:, 0], cache.resident_ids.float())
+        mapped = torch.nonzero(cache.slot_of >= 0).flatten()
+        assert torch.equal(mapped, torch.sort(cache.slot_id[slots]).values)
+        assert torch.equal(cache.slot_of[cache.slot_id[slots]].long(), slots)
+        ids, rows = cache.resident()
+        assert torch.equal(rows[:, 0], ids.float()) and len(cache) == slots.numel()
+        assert not cache.contains(torch.tensor([cache.slot_of.numel() + 3])).any()
