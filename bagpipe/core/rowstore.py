@@ -72,7 +72,8 @@ class RowStore:
             self._write_on_side_stream(slots, rows)
             return
         self._after_installs()
-        self.rows[self._slots(slots)] = move(rows, self.device, self.meter).to(self.rows.dtype)
+        values = move(rows, self.device, self.meter).to(self.rows.dtype)
+        self.rows.index_copy_(0, self._slots(slots), values)
 
     def add_(self, slots: torch.Tensor, values: torch.Tensor, alpha: float = 1.0) -> None:
         """``rows[slots] += alpha * values`` (``slots`` unique)."""

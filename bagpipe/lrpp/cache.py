@@ -132,8 +132,8 @@ class TrainerCache:
         """
         with self._lock:
             slots = self._require(ids, "read")
-            misses = int(self._fetched_unread[slots].sum())
-            self._fetched_unread[slots] = False
+            misses = int(self._fetched_unread.index_select(0, slots).sum())
+            self._fetched_unread.index_fill_(0, slots, False)
             return self.store.read(slots), ids.numel() - misses, misses
 
     def resident(self, include_stale: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -163,10 +163,10 @@ class TrainerCache:
                 free = torch.nonzero(~self.occupied).flatten()
             slots = free[: ids.numel()]
             self.store.write(slots, rows, background)
-            self.occupied[slots] = True
-            self.stale[slots] = False
-            self._fetched_unread[slots] = True
-            self.slot_id[slots] = ids
+            self.occupied.index_fill_(0, slots, True)
+            self.stale.index_fill_(0, slots, False)
+            self._fetched_unread.index_fill_(0, slots, True)
+            self.slot_id.index_copy_(0, slots, ids.to(torch.int64))
             self._map(ids, slots)
 
     def evict(
@@ -187,12 +187,11 @@ class TrainerCache:
                 else torch.zeros(0, self.dim, dtype=self.store.rows.dtype)
             )
             found = self._lookup(ids)
-            slots = found.slots[found.found]
-            dropped = self.slot_id[slots].clone()
-            self.occupied[slots] = False
-            self.stale[slots] = False
-            self._fetched_unread[slots] = False
-            self.slot_of[dropped] = -1
+            slots = torch.masked_select(found.slots, found.found)
+            dropped = self.slot_id.index_select(0, slots)
+            for flags in (self.occupied, self.stale, self._fetched_unread):
+                flags.index_fill_(0, slots, False)
+            self.slot_of.index_fill_(0, dropped, -1)
             return rows, dropped
 
     def fresh(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -216,8 +215,8 @@ class TrainerCache:
         """Flag resident copies of ``ids`` that another trainer updates alone (its singletons)."""
         with self._lock:
             found = self._lookup(ids)
-            slots = found.slots[found.found]
-            self.stale[slots] = True
+            slots = torch.masked_select(found.slots, found.found)
+            self.stale.index_fill_(0, slots, True)
             return int(slots.numel())
 
     def drain_dropped(self) -> torch.Tensor:
@@ -244,7 +243,7 @@ class TrainerCache:
         # An id past the map's end was never installed: it reads the last entry, found only if
         # the id is that entry's.
         last = self.slot_of.numel() - 1
-        slots = self.slot_of[ids.clamp(max=last)].to(torch.int64)
+        slots = self.slot_of.index_select(0, ids.clamp(max=last)).to(torch.int64)
         found = (slots >= 0) & (ids <= last)
         return Lookup(slots, found)
 
@@ -254,8 +253,9 @@ class TrainerCache:
             missing = ids[~found.found][:5].tolist()
             raise CacheError(f"{what}: ids not resident, e.g. {missing} (plan not followed?)")
         slots = found.slots
-        if bool(self.stale[slots].any()):
-            stale = ids[self.stale[slots]][:5].tolist()
+        stale_here = self.stale.index_select(0, slots)
+        if bool(stale_here.any()):
+            stale = ids[stale_here][:5].tolist()
             raise CacheError(f"{what}: stale copies of other trainers' singletons, e.g. {stale}")
         return slots
 
@@ -267,7 +267,7 @@ class TrainerCache:
             grown = torch.full((max(needed, 2 * self.slot_of.numel()),), -1, dtype=torch.int32)
             grown[: self.slot_of.numel()] = self.slot_of
             self.slot_of = grown
-        self.slot_of[ids] = slots.to(torch.int32)
+        self.slot_of.index_copy_(0, ids.to(torch.int64), slots.to(torch.int32))
 
     def _grow(self, extra_slots: int) -> None:
         if self.capacity_limit is not None:

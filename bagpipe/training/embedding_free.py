@@ -69,7 +69,7 @@ class EmbeddingFreeTrainer(ParameterServerTrainer):
         meter = runtime.current().meter
         with meter.phase(Phase.FETCH_WAIT):
             unique_ids, inverse = unique_rows(move(ids, self.rows.device, meter))
-            rows = self.rows[unique_ids]
+            rows = self.rows.index_select(0, unique_ids)
         grads = forward_backward(
             self.ddp_model, dense, rows, inverse, labels, self.global_batch_size, meter
         )
