@@ -11,7 +11,9 @@ Rows (long format, one metric each):
 * ``iter_time_p50_s`` / ``iter_time_mean_s``: driver-side step time;
 * ``fetch_wait_s``: mean per-step time trainer 0 spent waiting for embedding rows;
 * ``compute_s``: trainer 0's forward + backward per step; ``other_s``: the step time no phase
-  of trainer 0 covers;
+  of trainer 0 covers, and its three parts (``StepRecord.span_s``): ``other_between_phases_s``
+  (trainer 0 between its phases), ``other_slower_peer_s`` (the slowest trainer's step beyond
+  trainer 0's) and ``other_driver_rpc_s`` (the driver and the RPCs around the slowest step);
 * ``emb_bytes_per_iter``: embedding traffic (pull + push + all-to-all) per step, all trainers;
 * ``h2d_bytes_per_iter`` / ``d2h_bytes_per_iter``: host <-> device copies per step, all trainers;
 * ``slowdown_vs_local``: p50 iteration time over ``local``'s on the same network.
@@ -102,10 +104,18 @@ def measure(spec: SystemSpec, ctx: TrainContext, steps: int) -> dict[str, float]
             r.phase_s.get(str(Phase.FORWARD), 0.0) + r.phase_s.get(str(Phase.BACKWARD), 0.0)
             for r in records
         ),
-        # the step time no phase covers (RPCs, the driver, waiting for a core)
+        # the step time no phase covers (RPCs, the driver, waiting for a core), then its parts
+        # (StepRecord.span_s): trainer 0 between its phases, the slowest trainer's longer step,
+        # and the driver with the RPCs around the step; the three add up to it
         "other_s": statistics.fmean(times_s) - statistics.fmean(
             sum(r.phase_s.values()) for r in records
         ),
+        "other_between_phases_s": statistics.fmean(
+            r.span_s - sum(r.phase_s.values()) for r in records
+        ),
+        "other_slower_peer_s": statistics.fmean(r.slowest_span_s - r.span_s for r in records),
+        "other_driver_rpc_s": statistics.fmean(times_s)
+        - statistics.fmean(r.slowest_span_s for r in records),
         "emb_bytes_per_iter": statistics.fmean(
             sum(r.bytes_sent.get(str(kind), 0) for kind in EMB_KINDS) for r in records
         ),

@@ -59,6 +59,13 @@ class StepRecord:
     a phase's wall time less its CPU is waiting (for the network, a peer or a core), and a role's
     CPU beyond the sum is work done outside its step's thread (background threads, a collective's
     own threads, RPC).
+
+    ``span_s`` is the wall time from the start of the iteration's first phase to
+    :meth:`Meter.end_step`: the step as the role saw it, so that the driver's iteration time less
+    the phases ("other") splits into the role's time between its phases, a slower peer
+    (``slowest_span_s``, the longest span among the trainers,
+    :func:`bagpipe.core.runtime.merge_trainer_records`) and the driver
+    with the RPCs around the step.
     """
 
     bytes_sent: dict[str, int] = field(default_factory=dict)
@@ -68,6 +75,8 @@ class StepRecord:
     cache_hits: int = 0
     cache_misses: int = 0
     counters: dict[str, float] = field(default_factory=dict)
+    span_s: float = 0.0
+    slowest_span_s: float = 0.0
 
     def __add__(self, other: StepRecord) -> StepRecord:
         return StepRecord(
@@ -78,6 +87,8 @@ class StepRecord:
             cache_hits=self.cache_hits + other.cache_hits,
             cache_misses=self.cache_misses + other.cache_misses,
             counters=_merge(self.counters, other.counters),
+            span_s=self.span_s + other.span_s,
+            slowest_span_s=self.slowest_span_s + other.slowest_span_s,
         )
 
     @property
@@ -141,6 +152,7 @@ class Meter:
         a CPU, to ``phase``."""
         self._current.phase_s[str(phase)] += seconds
         self._current.phase_cpu_s[str(phase)] += cpu_seconds
+        self._current.started(time.perf_counter() - seconds)
 
     def count(self, name: str, value: float = 1.0) -> None:
         """A system-specific counter (e.g. ``rows_sync_now``), summed over the iteration."""
@@ -152,8 +164,9 @@ class Meter:
         start, start_cpu = time.perf_counter(), time.thread_time()
         try:
             yield
-        finally:
-            self.add_phase_time(phase, time.perf_counter() - start, time.thread_time() - start_cpu)
+        finally:  # the CPU clock read inside the wall clock's interval: never more CPU than wall
+            cpu_s = time.thread_time() - start_cpu
+            self.add_phase_time(phase, time.perf_counter() - start, cpu_s)
 
     def end_step(self) -> StepRecord:
         record = self._current.freeze()
@@ -179,8 +192,15 @@ class _OpenRecord:
         self.counters: defaultdict[str, float] = defaultdict(float)
         self.hits = 0
         self.misses = 0
+        self.first_phase_at: float | None = None  # perf_counter at the earliest phase's start
+
+    def started(self, at: float) -> None:
+        """A phase of the iteration started at ``at`` (``perf_counter``)."""
+        if self.first_phase_at is None or at < self.first_phase_at:
+            self.first_phase_at = at
 
     def freeze(self) -> StepRecord:
+        span_s = 0.0 if self.first_phase_at is None else time.perf_counter() - self.first_phase_at
         return StepRecord(
             bytes_sent=dict(self.bytes_sent),
             rows_sent=dict(self.rows_sent),
@@ -189,4 +209,5 @@ class _OpenRecord:
             cache_hits=self.hits,
             cache_misses=self.misses,
             counters=dict(self.counters),
+            span_s=span_s,
         )

@@ -132,13 +132,15 @@ def nbytes(*tensors: torch.Tensor) -> int:
 
 def merge_trainer_records(records: Sequence[StepRecord]) -> StepRecord:
     """One iteration's record from the T trainers' records: traffic and counters summed over
-    trainers, phase times (wall and CPU) as trainer 0 (``records[0]``) saw them (summing times
-    makes no sense)."""
+    trainers, phase times (wall and CPU) and the span as trainer 0 (``records[0]``) saw them
+    (summing times makes no sense), and the slowest trainer's span."""
     merged = StepRecord()
     for record in records:
         merged = merged + record
     merged.phase_s = dict(records[0].phase_s) if records else {}
     merged.phase_cpu_s = dict(records[0].phase_cpu_s) if records else {}
+    merged.span_s = records[0].span_s if records else 0.0
+    merged.slowest_span_s = max((r.span_s for r in records), default=0.0)
     return merged
 
 

@@ -15,9 +15,11 @@ from bagpipe.core.meter import Phase, StepRecord
 def test_merged_records_sum_traffic_and_keep_trainer_0_phases() -> None:
     a = StepRecord(bytes_sent={"emb_pull": 10}, phase_s={str(Phase.FORWARD): 1.0})
     b = StepRecord(bytes_sent={"emb_pull": 5, "data": 1}, phase_s={str(Phase.FORWARD): 9.0})
+    a.span_s, b.span_s = 1.5, 9.5
     merged = runtime.merge_trainer_records([a, b])
     assert merged.bytes_sent == {"emb_pull": 15, "data": 1}
     assert merged.phase_s == {"forward": 1.0}
+    assert (merged.span_s, merged.slowest_span_s) == (1.5, 9.5)  # trainer 0's, the slowest's
 
 
 def test_background_failure_outside_a_deployment_is_raised() -> None:

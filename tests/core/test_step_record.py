@@ -49,6 +49,22 @@ def test_a_phases_cpu_is_its_threads_work_not_its_waiting() -> None:
     assert 0.05 <= record.phase_cpu_s["forward"] <= record.phase_s["forward"]
 
 
+def test_the_span_runs_from_the_first_phase_to_the_end_of_the_step() -> None:
+    """Time between phases is in the span and in no phase; time before the first phase (waiting
+    for the step to arrive) is in neither."""
+    meter = Meter()
+    time.sleep(0.05)  # before the step: not the role's
+    with meter.phase(Phase.FETCH_WAIT):
+        time.sleep(0.02)
+    time.sleep(0.03)  # between phases
+    meter.add_phase_time(Phase.FORWARD, 0.0)
+    record = meter.end_step()
+    between_s = record.span_s - sum(record.phase_s.values())
+    assert 0.05 <= record.span_s < 0.09
+    assert 0.03 <= between_s < 0.06
+    assert meter.end_step().span_s == 0.0  # no phase, no span
+
+
 def test_records_of_two_roles_sum() -> None:
     a = StepRecord(bytes_sent={"emb_pull": 10}, cache_hits=1, counters={"rows_sync_now": 2})
     b = StepRecord(bytes_sent={"emb_pull": 5, "allreduce": 7}, cache_misses=1)

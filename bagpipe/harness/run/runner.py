@@ -458,6 +458,9 @@ def summarize(
         summary[f"time_{phase}_s"] = phase_s
         summary[f"share_{phase}"] = phase_s / mean_s if mean_s > 0 else 0.0
         summary[f"cpu_{phase}_s"] = total.phase_cpu_s.get(phase, 0.0) / count
+    # trainer 0's step from its first phase to its end, and the slowest trainer's (StepRecord)
+    summary["step_span_s"] = total.span_s / count
+    summary["slowest_step_span_s"] = total.slowest_span_s / count
     # every counter the run ever counted, so one silent in the window reads 0, not "not recorded"
     for name in dict.fromkeys(key for record in records for key in record.counters):
         summary[f"per_iter_{name}"] = total.counters.get(name, 0.0) / count
