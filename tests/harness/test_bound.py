@@ -195,3 +195,19 @@ def test_a_table_read_from_mlflow_carries_the_regime_its_blocks_pair_by(tmp_path
     assert sorted(frame["dilation.scale"].astype(str)) == ["0.5", "2.0"]
     assert "seed" in frame and "run.batch_size" in frame
     assert with_blocks(frame)[BLOCK].nunique() == 2
+
+
+def test_the_time_no_phase_covers_is_split_into_its_three_parts() -> None:
+    """Between trainer 0's phases, a slower trainer, the driver and RPCs: Bagpipe's mean minus
+    the bound's of each, adding up to the gap table's "other"; older runs get no such table."""
+    records = [_record(system, seconds, time_forward_s=0.010, step_span_s=span,
+                       slowest_step_span_s=slowest)
+               for system, seconds, span, slowest in (("embedding_free", 0.020, 0.011, 0.0115),
+                                                      ("bagpipe", 0.027, 0.012, 0.0140))]
+    lines = bound_lines(runs_frame(records))
+    header = ("| model | trainer 0 between its phases | a slower trainer | the driver and the "
+              "RPCs |")
+    assert lines[lines.index(header) + 2] == "| dlrm | +1.00 | +1.50 | +4.50 |"
+    older = [_record(system, seconds, time_forward_s=0.01)
+             for system, seconds in (("embedding_free", 0.02), ("bagpipe", 0.027))]
+    assert header not in bound_lines(runs_frame(older))

@@ -76,7 +76,8 @@ def bound_lines(frame: pd.DataFrame) -> list[str]:
         ratio = paired_speedup((per_block[SUBJECT] / per_block[BOUND]).dropna().tolist())
         lines.append(f"| {model} | {cell(ratio.speedup, '.2f')}x [{cell(ratio.low, '.2f')}, "
                      f"{cell(ratio.high, '.2f')}] | {ratio.blocks} | {goal_verdict(ratio)} |")
-    return [*lines, "", *_traffic_lines(done, models), *_gap_lines(done, models)]
+    return [*lines, "", *_traffic_lines(done, models), *_gap_lines(done, models),
+            *_other_lines(done, models)]
 
 
 #: The columns of the traffic-or-CPU table: a heading and how one block's pair is priced.
@@ -174,6 +175,35 @@ def _gap_lines(done: pd.DataFrame, models: list[str]) -> list[str]:
                          f"{cell(trainer_cpu, '+.2f')} |")
     recorded = with_cpu and not done[[f"cpu_{p}_s" for p in with_cpu]].isna().all().all()
     return [*lines, "", *([*cpu_lines, ""] if recorded else [])]
+
+
+#: The parts of the time no phase of trainer 0 covers (``StepRecord.span_s``): a heading each.
+OTHER_PARTS = ("trainer 0 between its phases", "a slower trainer", "the driver and the RPCs")
+
+
+def _other_lines(done: pd.DataFrame, models: list[str]) -> list[str]:
+    """Bagpipe's mean minus the bound's of the three parts of the time no phase of trainer 0
+    covers (:data:`OTHER_PARTS`), where the runs recorded their steps' spans."""
+    if "slowest_step_span_s" not in done or not (done["slowest_step_span_s"] > 0).any():
+        return []
+    phases = sum(pd.to_numeric(done[f"time_{p}_s"], errors="coerce")
+                 for p in GAP_PHASES if f"time_{p}_s" in done)
+    parts = pd.DataFrame({
+        OTHER_PARTS[0]: done["step_span_s"] - phases,
+        OTHER_PARTS[1]: done["slowest_step_span_s"] - done["step_span_s"],
+        OTHER_PARTS[2]: done["iter_time_mean_s"] - done["slowest_step_span_s"],
+    }).assign(model=done["model"], system=done["system"])
+    lines = [f"The time no phase covers, split (ms per iteration, Bagpipe's mean minus the "
+             "bound's): trainer 0 between its phases, the slowest trainer's step beyond trainer "
+             "0's, and the driver with the RPCs around the slowest step:", "",
+             f"| model | {' | '.join(OTHER_PARTS)} |", "|---|" + "---|" * len(OTHER_PARTS)]
+    for model in models:
+        runs = parts[parts["model"] == model]
+        gaps = [1000 * (column_mean(runs[runs["system"] == SUBJECT], part)
+                        - column_mean(runs[runs["system"] == BOUND], part))
+                for part in OTHER_PARTS]
+        lines.append(f"| {model} | {' | '.join(cell(v, '+.2f') for v in gaps)} |")
+    return [*lines, ""]
 
 
 def goal_verdict(ratio: PairedSpeedup, goal: float = GOAL) -> str:
