@@ -193,7 +193,7 @@ def _other_lines(done: pd.DataFrame, models: list[str]) -> list[str]:
         OTHER_PARTS[1]: done["slowest_step_span_s"] - done["step_span_s"],
         OTHER_PARTS[2]: done["iter_time_mean_s"] - done["slowest_step_span_s"],
     }).assign(model=done["model"], system=done["system"])
-    lines = [f"The time no phase covers, split (ms per iteration, Bagpipe's mean minus the "
+    lines = ["The time no phase covers, split (ms per iteration, Bagpipe's mean minus the "
              "bound's): trainer 0 between its phases, the slowest trainer's step beyond trainer "
              "0's, and the driver with the RPCs around the slowest step:", "",
              f"| model | {' | '.join(OTHER_PARTS)} |", "|---|" + "---|" * len(OTHER_PARTS)]
