@@ -188,6 +188,28 @@ def test_the_rescaled_runs_stand_beside_fig7s_at_each_dilation() -> None:
     assert [row.split(" | ")[2].split("x")[0] for row in rows] == ["1.25", "2.00", "4.00"]
 
 
+def test_bagpipe_against_the_bound_is_stated_at_each_dilation() -> None:
+    """With the bound in fig7_dilation, Bagpipe / bound at d/2, d and 2d, each paired within its
+    own scale's blocks: how it moves with d tells traffic from CPU."""
+    from bagpipe.harness.report.fig7 import rescaled_lines
+
+    def runs(scale: float, bagpipe_s: float) -> list[RunRecord]:
+        made = [_record(system, seconds, seed=s) for s in range(2)
+                for system, seconds in (("sync_ps", 1.0), ("embedding_free", 0.5),
+                                        ("bagpipe", bagpipe_s))]
+        for record in made:
+            record.params["dilation.scale"] = str(scale)
+        return made
+
+    lines = rescaled_lines(runs_frame(runs(1.0, 0.6)), runs_frame(runs(0.5, 0.55) + runs(2.0, 0.7)),
+                           "sync_ps", "sweep x")
+    table = lines[lines.index("| d | Bagpipe / bound |") + 2:]
+    assert table[:3] == ["| 0.5 d | 1.10x [1.10, 1.10] |", "| 1 d | 1.20x [1.20, 1.20] |",
+                         "| 2 d | 1.40x [1.40, 1.40] |"]
+    no_bound = runs_frame([r for r in runs(2.0, 0.7) if r.tags["system"] != "embedding_free"])
+    assert "| d | Bagpipe / bound |" not in rescaled_lines(no_bound, no_bound, "sync_ps", "x")
+
+
 def test_the_profile_shows_each_systems_cpu_and_its_compute_against_the_reference() -> None:
     """Cores busy = (trainers x a trainer's CPU + helpers' + driver's) / iteration; trainer 0's
     forward + backward against the reference's of the same block, a geometric mean over blocks,

@@ -72,12 +72,21 @@ def bound_lines(frame: pd.DataFrame) -> list[str]:
              "| model | Bagpipe / bound [95% CI] | blocks | goal |", "|---|---|---|---|"]
     models = in_order(times.index.get_level_values("model"), MODEL_ORDER)
     for model in models:
-        per_block = times.loc[model]
-        ratio = paired_speedup((per_block[SUBJECT] / per_block[BOUND]).dropna().tolist())
+        ratio = bound_ratio(done[done["model"] == model])
         lines.append(f"| {model} | {cell(ratio.speedup, '.2f')}x [{cell(ratio.low, '.2f')}, "
                      f"{cell(ratio.high, '.2f')}] | {ratio.blocks} | {goal_verdict(ratio)} |")
     return [*lines, "", *_traffic_lines(done, models), *_gap_lines(done, models),
             *_other_lines(done, models)]
+
+
+def bound_ratio(runs: pd.DataFrame) -> PairedSpeedup:
+    """Bagpipe's iteration time / the bound's, paired within the blocks of ``runs`` (finished
+    runs of one model) and summarised over them."""
+    times = with_blocks(runs).pivot_table(index=BLOCK, columns="system",
+                                          values="iter_time_mean_s")
+    if SUBJECT not in times or BOUND not in times:
+        return paired_speedup([])
+    return paired_speedup((times[SUBJECT] / times[BOUND]).dropna().tolist())
 
 
 #: The columns of the traffic-or-CPU table: a heading and how one block's pair is priced.
