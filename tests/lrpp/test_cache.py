@@ -259,3 +259,46 @@ def test_the_id_map_stays_the_resident_rows_through_installs_and_evictions() -> 
         ids, rows = cache.resident()
         assert torch.equal(rows[:, 0], ids.float()) and len(cache) == slots.numel()
         assert not cache.contains(torch.tensor([cache.slot_of.numel() + 3])).any()
+
+
+def test_an_empty_cache_finds_nothing_and_drops_nothing() -> None:
+    cache = TrainerCache(capacity=4, dim=2)
+    ids = torch.tensor([3, 8])
+    assert not cache.contains(ids).any()
+    rows, dropped = cache.evict(ids)
+    assert rows.shape == (0, 2) and dropped.numel() == 0
+    assert cache.mark_stale(ids) == 0 and len(cache) == 0
+
+
+def test_the_map_covers_the_largest_id_growing_by_doubling_and_minus_one_means_absent() -> None:
+    """4 bytes per row of the row space, grown only as far as the ids installed need (ids of
+    any integer type)."""
+    cache = TrainerCache(capacity=8, dim=1)
+    cache.install(torch.tensor([9, 2], dtype=torch.int32), torch.zeros(2, 1))
+    assert cache.slot_of.numel() == 10 and cache.slot_of.dtype == torch.int32
+    cache.install(torch.tensor([12]), torch.zeros(1, 1))
+    assert cache.slot_of.numel() == 20  # doubled: it covers 12
+    cache.install(torch.tensor([19]), torch.zeros(1, 1))
+    assert cache.slot_of.numel() == 20  # still covered
+    cache.evict(torch.tensor([9, 12]))
+    held = cache.slot_of >= 0
+    assert torch.nonzero(held).flatten().tolist() == [2, 19]
+    assert (cache.slot_of[~held] == -1).all()
+
+
+def test_a_cache_without_a_journal_refuses_to_drain_it_and_ignores_drops() -> None:
+    plain = TrainerCache(capacity=4, dim=2)
+    plain.journal_dropped(torch.tensor([1, 2]))  # nothing kept, nothing raised
+    with pytest.raises(CacheError) as error:
+        plain.drain_dropped()
+    assert str(error.value) == "drain_dropped: this cache keeps no journal"
+    journaled = TrainerCache(capacity=4, dim=2, journal=True)
+    drained = journaled.drain_dropped()
+    assert drained.numel() == 0 and drained.dtype == torch.int64
+
+
+def test_evicting_without_a_write_back_gives_no_rows_of_the_caches_dtype() -> None:
+    cache = TrainerCache(capacity=4, dim=3, dtype=torch.float64)
+    cache.install(torch.tensor([5]), torch.ones(1, 3, dtype=torch.float64))
+    rows, dropped = cache.evict(torch.tensor([5]))
+    assert rows.shape == (0, 3) and rows.dtype == torch.float64 and dropped.tolist() == [5]
