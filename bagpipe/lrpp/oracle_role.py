@@ -57,10 +57,10 @@ def _plan_bytes(plan: Plan) -> int:
 class OracleRole:
     """The oracle cacher's process: plans the stream, pushes plans ahead within a byte bound.
 
-    The driver reports progress with :meth:`advance` every step. A plan for a step at most
-    ``window_steps`` past it always goes out (so training never waits for a plan the bound holds
-    back); one further ahead goes out while the plans pushed for steps not yet started stay within
-    ``in_flight_bytes``.
+    The driver reports progress with :meth:`advance` at the start of every round. A plan for a
+    step at most ``window_steps`` past it always goes out (so training never waits for a plan the
+    bound holds back); one further ahead goes out while the plans pushed for steps not yet
+    started stay within ``in_flight_bytes``.
     """
 
     def __init__(

@@ -34,8 +34,8 @@ Per-iteration record (``StepResult.record``): bytes/rows summed over trainers, p
 trainer 0, cache hits/misses summed over trainers (a miss = the first read of a row since a prefetch
 installed it), counters ``rows_sync_now``/``rows_sync_later`` (rows of the global batch all-reduced on
 / off the critical path), ``rows_singleton`` (rows never all-reduced), ``rows_prefetched``,
-``rows_written_back`` (summed over trainers), ``rows_evicted`` (the rounds' evictions, once), ``planning_s`` (oracle time spent planning between the
-two previous steps' starts), ``rows_fetched_on_demand`` (``prefetch=False``), ``allreduce_bytes_critical`` /
+``rows_written_back`` (summed over trainers), ``rows_evicted`` (the rounds' evictions, once), ``planning_s`` (oracle time spent planning,
+in the oracle's replies that arrived by the step's start), ``rows_fetched_on_demand`` (``prefetch=False``), ``allreduce_bytes_critical`` /
 ``allreduce_bytes_later`` (all-reduce payload on / off the critical path, summed over trainers) and
 ``prefetch_s`` (background prefetch time, summed over trainers).
 """
@@ -143,7 +143,7 @@ class Bagpipe(System):
         self._base: ModelState | None = None
         self._recoveries: list[Recovery] = []
         self._groups = 0  # trainer groups made so far (each needs its own rendezvous)
-        self._progress_report: Future | None = None  # the oracle's reply to the last advance
+        self._progress_reports: list[Future] = []  # the oracle's replies to advances not read yet
         self._abandoned = False  # a replacement began (a standby took over) but was refused
         self._logs_paused = False  # ever (``pause_recovery_logs``): no replace since
 
@@ -228,7 +228,7 @@ class Bagpipe(System):
         parts = split_batch(batch, self.num_trainers)
         planning_s, futures, recording_s = 0.0, [], 0.0
         try:  # a death is seen in any of these waits (the oracle's report is one)
-            planning_s = self._previous_planning_s()
+            planning_s = self._arrived_planning_s()
             futures = self._issue(step, parts)
             if self._logs is not None:  # fold the entries kept, while the trainers work
                 recording_s = self._logs.compact()
@@ -254,13 +254,18 @@ class Bagpipe(System):
         return StepResult(loss=float(sum(loss for loss, _, _ in results)), record=record)
 
     def _issue(self, step: int, parts: list[Batch]) -> list[Future]:
-        """Start step ``step`` on every trainer (slice ``k`` to trainer ``k``), then tell the
-        oracle it started: the trainers' futures.
+        """Start step ``step`` on every trainer (slice ``k`` to trainer ``k``), then, if it starts
+        a round, tell the oracle: the trainers' futures.
 
         The trainers go first: their plans for the step were pushed ahead, so the step needs
         nothing from this call, and telling the oracle (only to free room for plans further
-        ahead) must not delay the last trainer's start. The oracle's reply (its planning time) is
-        read at the next step (:meth:`_previous_planning_s`): on the target cluster the oracle is
+        ahead) must not delay the last trainer's start. Once a round is enough: the oracle always
+        pushes the plans within the lookahead of the progress it knows (``OracleRole``), which
+        covers the round after the current one while ``2 ci - 1 <= lookahead`` (the default
+        cleanup fraction makes ``ci`` a quarter of it); with a longer interval, and only once the
+        plans in flight fill their byte bound, that round's plan goes out when the round before it
+        starts, which the round thread then waits for. The oracle's reply (its planning time) is
+        read once it has arrived (:meth:`_arrived_planning_s`): on the target cluster the oracle is
         a host of its own, and a step must not wait for it to be scheduled on these shared cores.
         """
         _, oracle = self._require_setup()
@@ -270,17 +275,25 @@ class Bagpipe(System):
                 step, part.dense_features, ids_matrix(part), part.labels
             ) for trainer, part in zip(self._trainers, parts, strict=True)
         ]
-        self._progress_report = oracle.rpc_async().advance(step)
+        if step % self.oracle_config.ci == 0:
+            self._progress_reports.append(oracle.rpc_async().advance(step))
         return started
 
-    def _previous_planning_s(self) -> float:
-        """The oracle's planning time reported when the previous step started (0 for the first);
-        an oracle that stopped planning (a trainer it pushed to died) raises here."""
-        report, self._progress_report = self._progress_report, None
-        if report is None:
+    def _arrived_planning_s(self) -> float:
+        """The oracle's planning time in the replies to earlier advances that have arrived (0
+        where none has), never waiting for one on its way: the oracle runs below the trainers'
+        priority here, and waiting for its reply every step put about 1 ms on the step's critical
+        path (the fairness bench's ``other_driver_rpc`` row). An oracle that stopped planning (a
+        trainer it pushed to died) raises here, at the first step after its reply arrived."""
+        arrived: list[Future] = []
+        pending: list[Future] = []
+        for report in self._progress_reports:
+            (arrived if report.done() else pending).append(report)
+        self._progress_reports = pending
+        if not arrived:
             return 0.0
         deployment, _ = self._require_setup()
-        return float(deployment.wait(report))
+        return float(sum(deployment.wait(arrived)))
 
     # ------------------------------------------------------------------ recovery
     def _replace_role(
@@ -324,7 +337,7 @@ class Bagpipe(System):
             raise failure
         survivors = [role for role in trainers if role not in dead]
         deployment.wait([deployment.rpc_async(r, collectives.leave_group) for r in survivors])
-        self._progress_report = None  # the old oracle's; the rebuilt one starts at the boundary
+        self._progress_reports = []  # the old oracle's; the rebuilt one starts at the boundary
         self._start_roles(ResumePoint(boundary, state))
         self._abandoned = False
         return handled, finished
@@ -451,11 +464,11 @@ class Bagpipe(System):
         if self._deployment is None:
             return
         deployment, self._deployment = self._deployment, None
-        report, self._progress_report = self._progress_report, None
+        reports, self._progress_reports = self._progress_reports, []
         try:
             if deployment.failure is None and not self._abandoned:
-                if report is not None:  # its reply must not meet a closed connection
-                    deployment.wait(report, timeout_s=30)
+                if reports:  # their replies must not meet a closed connection
+                    deployment.wait(reports, timeout_s=30)
                 roles = [*self._trainers, *([self._oracle] if self._oracle else [])]
                 deployment.wait([r.rpc_async().close() for r in roles], timeout_s=30)
         finally:

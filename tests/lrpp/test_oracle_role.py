@@ -3,6 +3,7 @@ first step, and further only as training frees room (``bagpipe.lrpp.oracle_role`
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from bagpipe.core import runtime
@@ -78,3 +79,28 @@ def test_a_longer_run_is_planned_as_far_as_the_bound_and_then_as_training_frees_
         assert trainer.steps() == list(range(STEPS))
     finally:
         oracle.close()
+
+
+def test_a_step_reads_the_oracles_replies_that_arrived_and_never_waits_for_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The driver's step start takes the planning time of the replies already in; one still on
+    its way (the oracle runs below the trainers' priority) is read at a later step."""
+    from bagpipe.lrpp.system import Bagpipe
+
+    class Arrived:
+        def wait(self, futures: list[torch.futures.Future]) -> list[float]:
+            assert all(f.done() for f in futures)  # it is never asked to wait
+            return [f.value() for f in futures]
+
+    system = Bagpipe(num_trainers=2)
+    monkeypatch.setattr(system, "_require_setup", lambda: (Arrived(), None))
+    late: torch.futures.Future[float] = torch.futures.Future()
+    early: torch.futures.Future[float] = torch.futures.Future()
+    early.set_result(0.25)
+    system._progress_reports = [late, early]
+    assert system._arrived_planning_s() == 0.25
+    assert system._progress_reports == [late]
+    assert system._arrived_planning_s() == 0.0  # still on its way
+    late.set_result(0.5)
+    assert system._arrived_planning_s() == 0.5 and system._progress_reports == []
