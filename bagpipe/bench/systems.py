@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bagpipe.core.interface import OptimConfig, TrainContext
-from bagpipe.core.meter import LinkKind, Phase, StepRecord
+from bagpipe.core.meter import LinkKind, Phase, StepRecord, other_time_parts
 from bagpipe.core.net import NetworkConfig, Topology, resolve_backend
 from bagpipe.core.registry import load_system
 from bagpipe.core.roles.cpu import CpuTally
@@ -93,6 +93,8 @@ def measure(spec: SystemSpec, ctx: TrainContext, steps: int) -> dict[str, float]
                 records.append(result.record)
     finally:
         system.close()
+    parts = [other_time_parts(t, sum(r.phase_s.values()), r.span_s, r.slowest_span_s)
+             for t, r in zip(times_s, records, strict=True)]
     return {
         "iter_time_p50_s": statistics.median(times_s),
         "iter_time_mean_s": statistics.fmean(times_s),
@@ -105,17 +107,11 @@ def measure(spec: SystemSpec, ctx: TrainContext, steps: int) -> dict[str, float]
             for r in records
         ),
         # the step time no phase covers (RPCs, the driver, waiting for a core), then its parts
-        # (StepRecord.span_s): trainer 0 between its phases, the slowest trainer's longer step,
-        # and the driver with the RPCs around the step; the three add up to it
+        # (bagpipe.core.meter.other_time_parts), which add up to it
         "other_s": statistics.fmean(times_s) - statistics.fmean(
             sum(r.phase_s.values()) for r in records
         ),
-        "other_between_phases_s": statistics.fmean(
-            r.span_s - sum(r.phase_s.values()) for r in records
-        ),
-        "other_slower_peer_s": statistics.fmean(r.slowest_span_s - r.span_s for r in records),
-        "other_driver_rpc_s": statistics.fmean(times_s)
-        - statistics.fmean(r.slowest_span_s for r in records),
+        **{f"other_{name}_s": statistics.fmean(p[name] for p in parts) for name in parts[0]},
         "emb_bytes_per_iter": statistics.fmean(
             sum(r.bytes_sent.get(str(kind), 0) for kind in EMB_KINDS) for r in records
         ),

@@ -14,6 +14,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class LinkKind(StrEnum):
@@ -120,6 +124,19 @@ def _merge(a: dict, b: dict) -> dict:
     for key, value in b.items():
         out[key] = out.get(key, 0) + value
     return out
+
+
+#: One step's times or a runs table's columns of them.
+Times = TypeVar("Times", float, "pd.Series")
+
+
+def other_time_parts(
+    iteration_s: Times, phases_s: Times, span_s: Times, slowest_span_s: Times
+) -> dict[str, Times]:
+    """The time no phase of trainer 0 covers (``iteration_s - phases_s``), in the three parts of
+    :attr:`StepRecord.span_s`'s docstring; they add up to it. Works on floats and on columns."""
+    return {"between_phases": span_s - phases_s, "slower_peer": slowest_span_s - span_s,
+            "driver_rpc": iteration_s - slowest_span_s}
 
 
 class Meter:

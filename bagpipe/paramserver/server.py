@@ -73,7 +73,7 @@ class EmbeddingServer:
         """Rows of global ``ids`` (``[len(ids), dim]``)."""
         local = self.local_index(ids)
         with self.lock:
-            return self.rows[local]
+            return self.rows.index_select(0, local)
 
     def apply_gradients(self, ids: torch.Tensor, grads: torch.Tensor, lr: float) -> None:
         """Plain SGD ``w[ids] -= lr * grads``; gradients of repeated ids are summed."""
@@ -85,7 +85,7 @@ class EmbeddingServer:
         """Overwrite rows of global ``ids`` (unique) with ``values``."""
         local = self.local_index(ids)
         with self.lock:
-            self.rows[local] = values
+            self.rows.index_copy_(0, local, values.to(self.rows.dtype))
 
     def state(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(global ids, rows)`` of this shard, for materialising the full tables."""

@@ -57,7 +57,7 @@ class LocalSystem(System):
         with meter.phase(Phase.FORWARD):
             ids = move(global_ids(batch, ctx.schema), self._rows.device, meter)
             ids, inverse = unique_rows(ids)
-            rows = self._rows[ids]
+            rows = self._rows.index_select(0, ids)
         grads = forward_backward(
             model, batch.dense_features, rows, inverse, batch.labels, batch_size, meter
         )

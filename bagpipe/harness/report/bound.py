@@ -36,6 +36,7 @@ from typing import Any
 
 import pandas as pd
 
+from bagpipe.core.meter import other_time_parts
 from bagpipe.core.net.topology import Compute
 from bagpipe.harness.report.cells import cell, column_mean
 from bagpipe.harness.report.costmodel import predict
@@ -59,8 +60,7 @@ GAP_PHASES = ("data", "fetch_wait", "forward", "backward", "sync", "optimizer")
 def bound_lines(frame: pd.DataFrame) -> list[str]:
     """The markdown section (empty when the runs hold no Bagpipe or no embedding-free run)."""
     done = with_blocks(frame[frame["status"] == "FINISHED"])
-    times = done.pivot_table(index=["model", BLOCK], columns="system", values="iter_time_mean_s")
-    if SUBJECT not in times or BOUND not in times:
+    if not {SUBJECT, BOUND} <= set(done["system"]):
         return []
     lines = ["## Bagpipe against the embedding-free bound", "",
              f"Per model: Bagpipe's iteration time / {BOUND}'s within each block, geometric mean "
@@ -70,7 +70,7 @@ def bound_lines(frame: pd.DataFrame) -> list[str]:
              "dense all-reduce with every table on every trainer: a lower bound on the time, "
              "not an exact trainer.", "",
              "| model | Bagpipe / bound [95% CI] | blocks | goal |", "|---|---|---|---|"]
-    models = in_order(times.index.get_level_values("model"), MODEL_ORDER)
+    models = in_order(done["model"], MODEL_ORDER)
     for model in models:
         ratio = bound_ratio(done[done["model"] == model])
         lines.append(f"| {model} | {cell(ratio.speedup, '.2f')}x [{cell(ratio.low, '.2f')}, "
@@ -81,9 +81,9 @@ def bound_lines(frame: pd.DataFrame) -> list[str]:
 
 def bound_ratio(runs: pd.DataFrame) -> PairedSpeedup:
     """Bagpipe's iteration time / the bound's, paired within the blocks of ``runs`` (finished
-    runs of one model) and summarised over them."""
-    times = with_blocks(runs).pivot_table(index=BLOCK, columns="system",
-                                          values="iter_time_mean_s")
+    runs of one model, carrying their :func:`~bagpipe.harness.track.sweeps.with_blocks` column)
+    and summarised over them."""
+    times = runs.pivot_table(index=BLOCK, columns="system", values="iter_time_mean_s")
     if SUBJECT not in times or BOUND not in times:
         return paired_speedup([])
     return paired_speedup((times[SUBJECT] / times[BOUND]).dropna().tolist())
@@ -186,8 +186,9 @@ def _gap_lines(done: pd.DataFrame, models: list[str]) -> list[str]:
     return [*lines, "", *([*cpu_lines, ""] if recorded else [])]
 
 
-#: The parts of the time no phase of trainer 0 covers (``StepRecord.span_s``): a heading each.
-OTHER_PARTS = ("trainer 0 between its phases", "a slower trainer", "the driver and the RPCs")
+#: The parts of the time no phase of trainer 0 covers (``other_time_parts``): a heading each.
+OTHER_PARTS = {"between_phases": "trainer 0 between its phases",
+               "slower_peer": "a slower trainer", "driver_rpc": "the driver and the RPCs"}
 
 
 def _other_lines(done: pd.DataFrame, models: list[str]) -> list[str]:
@@ -195,17 +196,16 @@ def _other_lines(done: pd.DataFrame, models: list[str]) -> list[str]:
     covers (:data:`OTHER_PARTS`), where the runs recorded their steps' spans."""
     if "slowest_step_span_s" not in done or not (done["slowest_step_span_s"] > 0).any():
         return []
-    phases = sum(pd.to_numeric(done[f"time_{p}_s"], errors="coerce")
-                 for p in GAP_PHASES if f"time_{p}_s" in done)
-    parts = pd.DataFrame({
-        OTHER_PARTS[0]: done["step_span_s"] - phases,
-        OTHER_PARTS[1]: done["slowest_step_span_s"] - done["step_span_s"],
-        OTHER_PARTS[2]: done["iter_time_mean_s"] - done["slowest_step_span_s"],
-    }).assign(model=done["model"], system=done["system"])
+    phases = sum((pd.to_numeric(done[f"time_{p}_s"], errors="coerce")
+                  for p in GAP_PHASES if f"time_{p}_s" in done), pd.Series(0.0, index=done.index))
+    parts = pd.DataFrame(other_time_parts(done["iter_time_mean_s"], phases, done["step_span_s"],
+                                          done["slowest_step_span_s"]))
+    parts = parts.assign(model=done["model"], system=done["system"])
     lines = ["The time no phase covers, split (ms per iteration, Bagpipe's mean minus the "
              "bound's): trainer 0 between its phases, the slowest trainer's step beyond trainer "
              "0's, and the driver with the RPCs around the slowest step:", "",
-             f"| model | {' | '.join(OTHER_PARTS)} |", "|---|" + "---|" * len(OTHER_PARTS)]
+             f"| model | {' | '.join(OTHER_PARTS.values())} |",
+             "|---|" + "---|" * len(OTHER_PARTS)]
     for model in models:
         runs = parts[parts["model"] == model]
         gaps = [1000 * (column_mean(runs[runs["system"] == SUBJECT], part)

@@ -57,6 +57,7 @@ from bagpipe.harness.track.sweeps import (
     SYSTEM_ORDER,
     in_order,
     speedup_key,
+    with_blocks,
 )
 
 SUITE = "fig7"
@@ -133,7 +134,7 @@ def rescaled_lines(fig7_frame: pd.DataFrame, rescaled: pd.DataFrame, reference: 
 def _bound_by_scale(frames: pd.DataFrame, scales: list[float]) -> list[str]:
     """Bagpipe / the bound at each dilation, where the runs hold both: embedding traffic grows
     with d while the CPU does not, so how the ratio moves with d tells the two apart."""
-    done = frames[frames["status"] == "FINISHED"]
+    done = with_blocks(frames[frames["status"] == "FINISHED"])
     ratios = [(scale, bound_ratio(done[done["dilation.scale"].astype(float) == scale]))
               for scale in scales]
     if not any(ratio.blocks for _, ratio in ratios):
