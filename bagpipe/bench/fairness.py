@@ -32,15 +32,15 @@ import statistics
 
 from bagpipe.bench.systems import BATCH, NETWORKS, SYSTEMS, WARMUP, measure
 from bagpipe.core.interface import OptimConfig, TrainContext
-from bagpipe.core.meter import other_time_parts
+from bagpipe.core.meter import OTHER_TIME_PARTS
 from bagpipe.data import DatasetConfig, make_dataset
 from bagpipe.models import paper_config
 
 REFERENCE = "sync_ps"
 NETWORKED = [spec for spec in SYSTEMS if spec.label != "local"]
-#: The parts of a step's "other" time (``bagpipe.core.meter.other_time_parts``): trainer 0
+#: The parts of a step's "other" time (``bagpipe.core.meter.OTHER_TIME_PARTS``): trainer 0
 #: between its phases, the slowest trainer's longer step, the driver and the RPCs around the step.
-OTHER_PARTS = tuple(f"other_{name}" for name in other_time_parts(0.0, 0.0, 0.0, 0.0))
+OTHER_PARTS = tuple(f"other_{name}" for name in OTHER_TIME_PARTS)
 
 
 def run(quick: bool) -> list[dict]:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bagpipe.core.interface import OptimConfig, TrainContext
-from bagpipe.core.meter import LinkKind, Phase, StepRecord, other_time_parts
+from bagpipe.core.meter import OTHER_TIME_PARTS, LinkKind, Phase, StepRecord, other_time_parts
 from bagpipe.core.net import NetworkConfig, Topology, resolve_backend
 from bagpipe.core.registry import load_system
 from bagpipe.core.roles.cpu import CpuTally
@@ -111,7 +111,7 @@ def measure(spec: SystemSpec, ctx: TrainContext, steps: int) -> dict[str, float]
         "other_s": statistics.fmean(times_s) - statistics.fmean(
             sum(r.phase_s.values()) for r in records
         ),
-        **{f"other_{name}_s": statistics.fmean(p[name] for p in parts) for name in parts[0]},
+        **{f"other_{name}_s": statistics.fmean(p[name] for p in parts) for name in OTHER_TIME_PARTS},
         "emb_bytes_per_iter": statistics.fmean(
             sum(r.bytes_sent.get(str(kind), 0) for kind in EMB_KINDS) for r in records
         ),

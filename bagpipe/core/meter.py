@@ -130,13 +130,19 @@ def _merge(a: dict, b: dict) -> dict:
 Times = TypeVar("Times", float, "pd.Series")
 
 
+#: The parts of the time no phase of trainer 0 covers, by the names :func:`other_time_parts`
+#: gives them: trainer 0 between its phases, the slowest trainer's longer step, and the driver
+#: with the RPCs around the step.
+OTHER_TIME_PARTS = ("between_phases", "slower_peer", "driver_rpc")
+
+
 def other_time_parts(
     iteration_s: Times, phases_s: Times, span_s: Times, slowest_span_s: Times
 ) -> dict[str, Times]:
     """The time no phase of trainer 0 covers (``iteration_s - phases_s``), in the three parts of
     :attr:`StepRecord.span_s`'s docstring; they add up to it. Works on floats and on columns."""
-    return {"between_phases": span_s - phases_s, "slower_peer": slowest_span_s - span_s,
-            "driver_rpc": iteration_s - slowest_span_s}
+    parts = (span_s - phases_s, slowest_span_s - span_s, iteration_s - slowest_span_s)
+    return dict(zip(OTHER_TIME_PARTS, parts, strict=True))
 
 
 class Meter:

@@ -36,7 +36,7 @@ from typing import Any
 
 import pandas as pd
 
-from bagpipe.core.meter import other_time_parts
+from bagpipe.core.meter import OTHER_TIME_PARTS, other_time_parts
 from bagpipe.core.net.topology import Compute
 from bagpipe.harness.report.cells import cell, column_mean
 from bagpipe.harness.report.costmodel import predict
@@ -186,9 +186,9 @@ def _gap_lines(done: pd.DataFrame, models: list[str]) -> list[str]:
     return [*lines, "", *([*cpu_lines, ""] if recorded else [])]
 
 
-#: The parts of the time no phase of trainer 0 covers (``other_time_parts``): a heading each.
-OTHER_PARTS = {"between_phases": "trainer 0 between its phases",
-               "slower_peer": "a slower trainer", "driver_rpc": "the driver and the RPCs"}
+#: The parts of the time no phase of trainer 0 covers (``OTHER_TIME_PARTS``): a heading each.
+OTHER_PARTS = dict(zip(OTHER_TIME_PARTS, ("trainer 0 between its phases", "a slower trainer",
+                                          "the driver and the RPCs"), strict=True))
 
 
 def _other_lines(done: pd.DataFrame, models: list[str]) -> list[str]:
