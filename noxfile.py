@@ -139,6 +139,7 @@ REPORT_SUITES = {
     "datasets": ("datasets",),
     "skew": (),
     "breakdown": ("breakdown",),
+    "bound_split": ("bound_split",),
     "convergence": ("convergence", "convergence_het"),
     "costmodel": ("costmodel",),
     "lookahead": ("lookahead",),

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from bagpipe.core.allocator import keep_freed_memory
 from bagpipe.core.meter import Meter, StepRecord
 from bagpipe.core.net.fairshare import SharedNics
 from bagpipe.core.net.wire import DRIVER, NetworkConfig, Wire
@@ -88,11 +89,13 @@ def init(
     """Install this process's runtime (the Deployment does it; tests may too). Replaces any old one.
 
     ``network`` defaults to the ``real`` back-end (nothing emulated). Also sets the process's GIL
-    switch interval (:data:`GIL_SWITCH_INTERVAL_S`): every process that runs a role or drives
-    one gets it, so no system is timed under another threading rule than the others.
+    switch interval (:data:`GIL_SWITCH_INTERVAL_S`) and its allocator's rule
+    (:func:`~bagpipe.core.allocator.keep_freed_memory`): every process that runs a role or drives
+    one gets them, so no system is timed under another threading or memory rule than the others.
     """
     global _STATE
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    keep_freed_memory()
     _STATE = RoleRuntime(
         role=role, network=network or NetworkConfig(), nics=nics, error_dir=error_dir
     )

@@ -19,7 +19,10 @@ Ablations (bagpipe.md §4.5/§5.3 E7; all ``True`` = the paper's design, each ke
 ``sync_later`` (``False``: every row a step synchronises is all-reduced on its critical path),
 ``prefetch`` (``False``: no background prefetch, a step's missing rows are fetched on its critical
 path), ``partition`` (``False``: no physical partitioning, singleton rows are shared rows, held by
-every trainer and all-reduced). See ``bagpipe.lrpp.trainer``.
+every trainer and all-reduced). See ``bagpipe.lrpp.trainer``. ``row_sync=False`` is a timing probe,
+not an ablation and not exact: the trainers' synchronisation of replicated rows is made free, as the
+embedding-free bound makes embedding traffic free (``suite=bound_split``); it refuses standbys,
+whose replacements must prove a run exact.
 
 Recovery: ``standby_trainers`` (default 0) pre-spawns idle trainer processes; with one, a dead
 trainer is replaced in place, no step redone (:meth:`Bagpipe._replace_role`), and every trainer
@@ -104,6 +107,7 @@ class Bagpipe(System):
         sync_later: bool = True,
         prefetch: bool = True,
         partition: bool = True,
+        row_sync: bool = True,
         standby_trainers: int = 0,
         standby_servers: int = 0,
     ) -> None:
@@ -122,7 +126,13 @@ class Bagpipe(System):
                 "system.cache_capacity (rows) and system.cache_budget (share of the rows): give one"
             )
         self.cache_budget = cache_budget
-        self.design = Design(sync_later=sync_later, prefetch=prefetch, partition=partition)
+        if not row_sync and standby_trainers + standby_servers:
+            raise ValueError(
+                "system.row_sync=false (a timing probe, not exact) cannot recover by replacement: "
+                "set system.standby_trainers and system.standby_servers to 0"
+            )
+        self.design = Design(sync_later=sync_later, prefetch=prefetch, partition=partition,
+                             row_sync=row_sync)
         self.oracle_config = OracleConfig(
             num_trainers=num_trainers,
             lookahead=lookahead,

@@ -41,6 +41,15 @@ the oracle's plans; the oracle plans the same stream whatever the knobs say:
   The oracle still writes a former singleton back from its last user, which holds the final value
   like every replica does.
 
+**A timing probe, not an ablation:** ``row_sync=False`` makes the trainers' synchronisation of
+replicated rows free, as the embedding-free bound makes every embedding access free
+(``bagpipe.training.embedding_free``): no row rides in DDP's last bucket and no sync-later
+collective is issued; each trainer applies its own slice's gradients to the rows it updates, in the
+step, so replicas diverge and training is **not exact**. Everything else (the oracle's plans, the
+cache, the rounds, the servers and their traffic) is unchanged, so Bagpipe's time over the bound
+splits into what LRPP's row synchronisation costs (Bagpipe / this probe) and what the rest of the
+implementation costs (this probe / the bound): ``suite=bound_split``.
+
 **Devices.** The dense replica and the cache's rows live on the trainer's device (``spec.device``,
 ``bagpipe.core.device``); plans, ids and the cache's bookkeeping stay on the host, where the round
 thread works. A step's id lists cross to the device once, charged as ``h2d``; rows leave it only
@@ -85,11 +94,15 @@ from bagpipe.training.step import forward_backward, replicate_dense, sgd_dense_,
 
 @dataclass(frozen=True)
 class Design:
-    """Which of the paper's ideas a trainer uses (module docstring, *Ablations*); all on = the paper."""
+    """Which of the paper's ideas a trainer uses (module docstring, *Ablations*); all on = the paper.
+
+    ``row_sync=False`` is the timing probe of the module docstring (not exact), not an idea.
+    """
 
     sync_later: bool = True
     prefetch: bool = True
     partition: bool = True
+    row_sync: bool = True
 
 
 def scatter_rows(target_ids: torch.Tensor, ids: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -117,7 +130,8 @@ def reclassify(plan: StepPlan, design: Design) -> StepPlan:
     """The oracle's step plan as an ablated trainer executes it (module docstring, *Ablations*).
 
     ``partition=False`` turns singletons into shared rows that the next step does not use
-    (``sync_later``); ``sync_later=False`` then moves every ``sync_later`` row into ``sync_now``.
+    (``sync_later``); ``sync_later=False`` then moves every ``sync_later`` row into ``sync_now``,
+    as ``row_sync=False`` does (the probe updates every shared row in the step it is used).
     The union of the three lists, the batch's unique rows, never changes.
     """
     if not design.partition:
@@ -127,7 +141,7 @@ def reclassify(plan: StepPlan, design: Design) -> StepPlan:
             singleton=plan.singleton[:0],
             singleton_owner=plan.singleton_owner[:0],
         )
-    if not design.sync_later:
+    if not (design.sync_later and design.row_sync):
         plan = replace(
             plan, sync_now=_merged(plan.sync_now, plan.sync_later), sync_later=plan.sync_later[:0]
         )
@@ -267,16 +281,21 @@ class BagpipeTrainer:
             rows, hits, misses = self.cache.read_for_step(unique)  # on this trainer's device
             unique_here = move(unique, self.device, meter)
         meter.add_cache(hits, misses)
+
+        def sync_now_rows(row_grads: torch.Tensor) -> torch.Tensor:
+            return scatter_rows(move(plan.sync_now, self.device, meter), unique_here, row_grads)
+
+        fused = self.fuse if design.row_sync else None  # the probe keeps its own gradients
         grads = forward_backward(
             self.ddp_model, dense, rows, inverse, labels, spec.global_batch_size, meter,
-            fuse=self.fuse, extra=lambda row_grads: scatter_rows(
-                move(plan.sync_now, self.device, meter), unique_here, row_grads
-            ),
+            fuse=fused, extra=sync_now_rows,
         )
-        now = self.fuse.take().view(-1, self.cache.dim)  # summed over the trainers
+        now = (self.fuse.take() if fused else sync_now_rows(grads.row_grads)).view(
+            -1, self.cache.dim)  # summed over the trainers, unless probing
         with meter.phase(Phase.SYNC):
             later_ids, later_sum = self._finish_pending_later()
-        meter.count("allreduce_bytes_critical", float(runtime.nbytes(now) + self._dense_bytes))
+        summed_bytes = runtime.nbytes(now) if fused else 0
+        meter.count("allreduce_bytes_critical", float(summed_bytes + self._dense_bytes))
         with meter.phase(Phase.OPTIMIZER):
             mine = plan.singleton[plan.singleton_owner == self.index]
             own = grads.row_grads.index_select(
@@ -289,7 +308,7 @@ class BagpipeTrainer:
             self.cache.mark_stale(plan.singleton[plan.singleton_owner != self.index])
             self._applied_step = step
             entry = self._log_entry(mine)
-        if design.sync_later:  # the same on every trainer, so the collectives stay in step
+        if design.sync_later and design.row_sync:  # on every trainer alike: collectives in step
             with meter.phase(Phase.SYNC):  # gathering and issuing it is sync work, as waiting is
                 later_here = move(plan.sync_later, self.device, meter)
                 later = scatter_rows(later_here, unique_here, grads.row_grads)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import socket
 import sys
+import threading
 import time
 import traceback
 
@@ -15,6 +17,25 @@ from bagpipe.core import collectives, runtime
 from bagpipe.core.meter import LinkKind
 from bagpipe.core.net import netns
 from bagpipe.core.roles import Deployment, Rendezvous, RoleRef
+
+
+def allocation_refaults(megabytes: int, times: int = 16, settled: int = 4) -> int:
+    """In a new thread (as a step runs in an RPC thread), allocate, fill and free a ``megabytes``
+    tensor ``times`` times: the most minor page faults one of the last ``settled`` took (0 where
+    the allocator reuses what was freed, once its heap has grown to fit)."""
+    faults: list[int] = []
+
+    def allocate() -> None:
+        for _ in range(times):
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            filled = torch.ones(megabytes * 2**20 // 4)
+            del filled
+            faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+
+    worker = threading.Thread(target=allocate)
+    worker.start()
+    worker.join()
+    return max(faults[-settled:])
 
 
 class Accumulator:
@@ -32,6 +53,10 @@ class Accumulator:
 
     def gil_switch_interval_s(self) -> float:
         return sys.getswitchinterval()
+
+    def refaults(self, megabytes: int) -> int:
+        """Page faults of allocating and filling ``megabytes`` again, once it was done before."""
+        return allocation_refaults(megabytes)
 
     def add_on_peer(self, peer: RoleRef, value: float) -> torch.Tensor:
         return peer.rpc_sync().add(value)

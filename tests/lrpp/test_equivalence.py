@@ -120,6 +120,39 @@ def test_ablation_matches_local_and_moves_its_cost(
         assert _total(stats, "rows_prefetched") > _total(full, "rows_prefetched")
 
 
+def test_the_row_sync_probe_moves_no_row_between_trainers_and_is_not_exact(
+    full_design_stats: dict[str, Any]
+) -> None:
+    """``row_sync=False`` (``suite=bound_split``'s probe): the oracle's plans, the fetches and the
+    dense all-reduce are the design's, no row rides in any collective, and since each trainer
+    applies only its own gradients to shared rows, the model is not ``local``'s."""
+    ctx = _context("dlrm")
+    _, local = _train(LocalSystem(), ctx)
+    want = local.full_state()
+    probe = Bagpipe(num_trainers=2, num_servers=2, lookahead=LOOKAHEAD, row_sync=False)
+    try:
+        _train(probe, _context("dlrm"))
+        got = probe.full_state()
+        stats = probe.stats()
+    finally:
+        probe.close()
+    full = full_design_stats
+    assert stats["row_sync"] == 0.0
+    dense_bytes = sum(t.numel() * t.element_size() for t in want.dense.values())
+    assert _total(stats, "allreduce_bytes_later") == 0.0
+    assert _total(stats, "allreduce_bytes_critical") == 2 * STEPS * dense_bytes  # 2 trainers
+    assert _total(full, "allreduce_bytes_critical") > 2 * STEPS * dense_bytes
+    assert _total(stats, "bytes_emb_pull") == _total(full, "bytes_emb_pull")
+    assert _total(stats, "rows_prefetched") == _total(full, "rows_prefetched")
+    with pytest.raises(AssertionError):
+        assert_states_close(got, want)
+
+
+def test_the_row_sync_probe_refuses_standbys() -> None:
+    with pytest.raises(ValueError, match=r"system\.row_sync=false.*system\.standby_trainers"):
+        Bagpipe(row_sync=False, standby_trainers=1)
+
+
 class _FinalState:
     """Runner callback: the system's state when the run ends (before the runner closes it)."""
 

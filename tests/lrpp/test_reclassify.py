@@ -34,6 +34,7 @@ def _lists(plan: StepPlan) -> tuple[list[int], list[int], list[int], list[int]]:
         (Design(partition=False), ([1, 7], [2, 3, 8, 9], [], [])),
         (Design(sync_later=False, partition=False), ([1, 2, 3, 7, 8, 9], [], [], [])),
         (Design(prefetch=False), ([1, 7], [3, 9], [2, 8], [0, 1])),  # fetching only
+        (Design(row_sync=False), ([1, 3, 7, 9], [], [2, 8], [0, 1])),  # each row in its step
     ],
 )
 def test_reclassify_moves_rows_between_lists_and_keeps_them_sorted(

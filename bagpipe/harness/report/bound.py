@@ -75,7 +75,7 @@ def bound_lines(frame: pd.DataFrame) -> list[str]:
         ratio = bound_ratio(done[done["model"] == model])
         lines.append(f"| {model} | {cell(ratio.speedup, '.2f')}x [{cell(ratio.low, '.2f')}, "
                      f"{cell(ratio.high, '.2f')}] | {ratio.blocks} | {goal_verdict(ratio)} |")
-    return [*lines, "", *_traffic_lines(done, models), *_gap_lines(done, models),
+    return [*lines, "", *_traffic_lines(done, models), *gap_lines(done, models),
             *_other_lines(done, models)]
 
 
@@ -83,10 +83,16 @@ def bound_ratio(runs: pd.DataFrame) -> PairedSpeedup:
     """Bagpipe's iteration time / the bound's, paired within the blocks of ``runs`` (finished
     runs of one model, carrying their :func:`~bagpipe.harness.track.sweeps.with_blocks` column)
     and summarised over them."""
+    return time_ratio(runs, SUBJECT, BOUND)
+
+
+def time_ratio(runs: pd.DataFrame, system: str, under: str) -> PairedSpeedup:
+    """``system``'s iteration time / ``under``'s, paired within the blocks of ``runs`` as
+    :func:`bound_ratio` pairs them."""
     times = runs.pivot_table(index=BLOCK, columns="system", values="iter_time_mean_s")
-    if SUBJECT not in times or BOUND not in times:
+    if system not in times or under not in times:
         return paired_speedup([])
-    return paired_speedup((times[SUBJECT] / times[BOUND]).dropna().tolist())
+    return paired_speedup((times[system] / times[under]).dropna().tolist())
 
 
 #: The columns of the traffic-or-CPU table: a heading and how one block's pair is priced.
@@ -147,30 +153,32 @@ def _traffic_lines(done: pd.DataFrame, models: list[str]) -> list[str]:
     return [*lines, ""]
 
 
-def _gap_lines(done: pd.DataFrame, models: list[str]) -> list[str]:
-    """Where Bagpipe's time above the bound's goes: per model, Bagpipe's mean minus the bound's
-    (ms per iteration) of each of trainer 0's phases, of the time no phase covers and of a
-    trainer's CPU; then, where the runs recorded it, of the CPU trainer 0's step thread spent in
-    each phase and of a trainer's CPU outside it (background threads, collectives, RPC)."""
+def gap_lines(done: pd.DataFrame, models: list[str], system: str = SUBJECT,
+               under: str = BOUND) -> list[str]:
+    """Where ``system``'s time above ``under``'s goes (Bagpipe's above the bound's unless told):
+    per model, the mean of ``system`` minus that of ``under`` (ms per iteration) of each of
+    trainer 0's phases, of the time no phase covers and of a trainer's CPU; then, where the runs
+    recorded it, of the CPU trainer 0's step thread spent in each phase and of a trainer's CPU
+    outside it (background threads, collectives, RPC)."""
     present = [p for p in GAP_PHASES if f"time_{p}_s" in done]
     if not present:
         return []
     header = f"| model | iteration | {' | '.join(present)} | other | a trainer's CPU |"
-    lines = [f"Where Bagpipe's time above {BOUND}'s goes, ms per iteration (Bagpipe's mean minus "
-             "the bound's; trainer 0's phases, the time no phase covers, and a trainer's CPU):",
-             "", header, "|---|---|" + "---|" * (len(present) + 2)]
+    lines = [f"Where {system}'s time above {under}'s goes, ms per iteration ({system}'s mean "
+             f"minus {under}'s; trainer 0's phases, the time no phase covers, and a trainer's "
+             "CPU):", "", header, "|---|---|" + "---|" * (len(present) + 2)]
     with_cpu = [p for p in present if f"cpu_{p}_s" in done]
-    cpu_lines = ["The CPU behind it, ms per iteration (Bagpipe's mean minus the bound's): trainer "
-                 "0's step thread in each phase, and a trainer's CPU outside that thread "
+    cpu_lines = [f"The CPU behind it, ms per iteration ({system}'s mean minus {under}'s): "
+                 "trainer 0's step thread in each phase, and a trainer's CPU outside that thread "
                  "(background rounds, the collectives' threads, RPC):", "",
                  f"| model | {' | '.join(with_cpu)} | outside the step's thread | a trainer's CPU |",
                  "|---|" + "---|" * (len(with_cpu) + 2)]
     for model in models:
-        runs = {system: done[(done["model"] == model) & (done["system"] == system)]
-                for system in (SUBJECT, BOUND)}
+        runs = {name: done[(done["model"] == model) & (done["system"] == name)]
+                for name in (system, under)}
 
         def gap(column: str, runs: dict[str, pd.DataFrame] = runs) -> float:
-            return 1000 * (column_mean(runs[SUBJECT], column) - column_mean(runs[BOUND], column))
+            return 1000 * (column_mean(runs[system], column) - column_mean(runs[under], column))
 
         phases = [gap(f"time_{p}_s") for p in present]
         other = gap("iter_time_mean_s") - sum(phases)

@@ -10,6 +10,8 @@ Suites (bagpipe.md §5.3), each writing ``results/<suite>/`` and ``reports/<suit
 * ``skew`` (E4, pure data): share of lookups against share of rows (``--file kind:path[:preset]``
   adds a real file);
 * ``breakdown`` (E3): where an iteration's time goes, per system;
+* ``bound_split``: Bagpipe's time over the embedding-free bound, LRPP's row synchronisation apart
+  from the rest of its implementation (#16);
 * ``convergence`` (E13): AUC against steps and wall time, HET at several bounds beside;
 * ``costmodel``: every system's exact bytes priced on described topologies (``--topology FILE``);
 * ``lookahead``, ``capacity``, ``cleanup``, ``skew_sensitivity``, ``scaling``, ``ablation``: one
@@ -30,6 +32,7 @@ from pathlib import Path
 from mlflow.exceptions import MlflowException
 
 from bagpipe.harness.report import (
+    bound_split,
     breakdown,
     convergence,
     datasets,
@@ -103,6 +106,12 @@ def _breakdown(args: argparse.Namespace) -> list[Path]:
     return [sweep]
 
 
+def _bound_split(args: argparse.Namespace) -> list[Path]:
+    sweep = _sweep(args)
+    bound_split.report(sweep, _outputs(args), args.allow_unclean)
+    return [sweep]
+
+
 def _convergence(args: argparse.Namespace) -> list[Path]:
     found = sweeps(args.multirun_root, convergence.SUITE, args.sweep_dir, convergence.COMPANIONS)
     convergence.report(found, _outputs(args))
@@ -147,11 +156,12 @@ def parser() -> argparse.ArgumentParser:
     swept = argparse.ArgumentParser(add_help=False, parents=[written])
     swept.add_argument("--sweep-dir", type=Path, help="default: the latest under --multirun-root")
     swept.add_argument("--multirun-root", type=Path, default=Path("multirun"))
-    compared = argparse.ArgumentParser(add_help=False)
+    unclean = argparse.ArgumentParser(add_help=False)
+    unclean.add_argument("--allow-unclean", action="store_true",
+                         help="draw runs from several commits or a dirty tree, marked as a draft")
+    compared = argparse.ArgumentParser(add_help=False, parents=[unclean])
     compared.add_argument("--reference", default="sync_ps",
                           help="system speedups are measured against")
-    compared.add_argument("--allow-unclean", action="store_true",
-                          help="draw runs from several commits or a dirty tree, marked as a draft")
 
     top = argparse.ArgumentParser(prog="python -m bagpipe.harness.report", description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -178,6 +188,8 @@ def parser() -> argparse.ArgumentParser:
     data.add_argument("--file", action="append", default=[], metavar="KIND:PATH[:PRESET]",
                       help="also a real file (kind criteo_tsv, avazu_csv, jsonl)")
     suite("breakdown", _breakdown, "E3: where an iteration's time goes, per system")
+    suite(bound_split.SUITE, _bound_split, "Bagpipe over the embedding-free bound: LRPP's row "
+          "synchronisation apart from the rest", parents=(swept, unclean))
     suite("convergence", _convergence, "E13: AUC against steps and against wall time")
     priced = suite("costmodel", _costmodel, "every system's exact bytes priced on a topology")
     priced.add_argument("--topology", action="append", type=Path, metavar="YAML",

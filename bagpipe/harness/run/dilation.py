@@ -127,12 +127,14 @@ def _time_slices(model_cfg: ModelConfig, schema: DatasetSchema, batch: int, torc
     inputs, as a trainer gets them: on a GPU their copies count, and the timer waits for it)."""
     import torch
 
+    from bagpipe.core.allocator import keep_freed_memory
     from bagpipe.core.device import trainer_device
     from bagpipe.core.meter import Meter
     from bagpipe.models import build_dense_model, table_dim
     from bagpipe.training.step import forward_backward
 
     torch.set_num_threads(torch_threads)
+    keep_freed_memory()  # timed as a run's trainers run (bagpipe.core.allocator)
     on = trainer_device(device, 0, 1)
     model = build_dense_model(model_cfg, schema, seed).to(on)
     generator = torch.Generator().manual_seed(seed)

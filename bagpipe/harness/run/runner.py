@@ -62,6 +62,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from bagpipe.core.allocator import keep_freed_memory
 from bagpipe.core.checkpoint import Checkpoint, CheckpointStore
 from bagpipe.core.interface import PhaseInfo, System, TrainContext
 from bagpipe.core.meter import LinkKind, Phase, StepRecord
@@ -209,6 +210,7 @@ def run_training(
     running_before, completed = RunningWork.now(), False
     threads = torch.get_num_threads()
     torch.set_num_threads(cfg.torch_threads)
+    keep_freed_memory()  # every run's driver, a local one too (bagpipe.core.allocator)
     try:
         ctx, first_step = _starting_point(system, ctx, cfg, resume)
         init_time_s = _set_up(system, ctx, resume)

@@ -1,0 +1,142 @@
+"""``python -m bagpipe.harness.report bound_split``: Bagpipe's time over the embedding-free bound,
+split into LRPP's row synchronisation and the rest of its implementation.
+
+Issue #16 asks Bagpipe to come within :data:`~bagpipe.harness.report.bound.GOAL` of the
+embedding-free bound, or for a miss to be shown to lie in the algorithm rather than in our code.
+The bound's trainers never synchronise rows (their tables diverge); every exact data-parallel
+system must, and Bagpipe's algorithm prescribes which rows and when (LRPP: the rows the next batch
+uses, summed in DDP's last bucket on the critical path; the other shared rows summed by a
+collective overlapping the next step). ``suite=bound_split`` runs, in fig7's regime and blocks,
+Bagpipe, the bound and the probe between them, :data:`PROBE`: Bagpipe with that synchronisation
+made free and nothing else changed (``row_sync=False``, ``bagpipe.lrpp.trainer``; not exact).
+Within each block:
+
+* Bagpipe / probe is what the algorithm's row synchronisation costs: the bytes its plan
+  prescribes, moved by the collective the dense part uses;
+* probe / bound is everything else Bagpipe adds: the oracle, the cache and its rounds, the servers
+  and their traffic, the RPCs. This is the part the goal can hold an implementation to;
+* their product is Bagpipe / bound.
+
+Each is a paired ratio with its interval (:mod:`bagpipe.harness.report.paired`), and the page
+then shows where each part's milliseconds go, phase by phase, and Bagpipe against the bound as
+fig7's report shows it. A result set from several commits or a dirty tree is refused unless drawn
+as a marked draft.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from bagpipe.harness.report.bound import (
+    BOUND,
+    GOAL,
+    bound_lines,
+    gap_lines,
+    goal_verdict,
+    time_ratio,
+)
+from bagpipe.harness.report.cells import cell, column_mean
+from bagpipe.harness.report.head_to_head import SUBJECT
+from bagpipe.harness.report.loading import (
+    UncleanResultsError,
+    load_records,
+    require_one_clean_commit,
+)
+from bagpipe.harness.report.paired import PairedSpeedup
+from bagpipe.harness.report.plotting import Outputs, pyplot, save_csv, save_figure, write_report
+from bagpipe.harness.track.sweeps import MODEL_ORDER, in_order, runs_frame, with_blocks
+
+SUITE = "bound_split"
+#: Bagpipe with its trainers' row synchronisation made free (``suites/system/<PROBE>.yaml``).
+PROBE = "bagpipe_free_row_sync"
+#: The three ratios, in the order the table and the figure show them: a heading, over, under.
+SPLIT = (("Bagpipe / bound", SUBJECT, BOUND),
+         ("row synchronisation: Bagpipe / probe", SUBJECT, PROBE),
+         ("the rest: probe / bound", PROBE, BOUND))
+CLAIM = ("Bagpipe's LRPP cache synchronises only the rows trainers share, those the next batch "
+         "uses on the critical path with the dense all-reduce and the others overlapped with the "
+         "next iteration, so that embedding traffic stays off the critical path (SOSP'23)")
+
+
+def split_ratios(done: pd.DataFrame, model: str) -> list[PairedSpeedup]:
+    """The :data:`SPLIT` ratios of ``model``'s finished runs (with their block column)."""
+    runs = done[done["model"] == model]
+    return [time_ratio(runs, over, under) for _, over, under in SPLIT]
+
+
+def split_lines(done: pd.DataFrame) -> list[str]:
+    """The split table and the two gap tables behind it (module docstring)."""
+    models = in_order(done["model"], MODEL_ORDER)
+    headings = " | ".join(f"{name} [95% CI]" for name, _, _ in SPLIT)
+    lines = [f"Per model, paired within blocks: geometric mean over blocks [95% interval]. The "
+             f"goal ({GOAL}x) is judged on Bagpipe / bound, and on the rest alone: what the "
+             "implementation adds beyond the algorithm's row synchronisation.", "",
+             f"| model | {headings} | blocks | Bagpipe vs goal | the rest vs goal |",
+             "|---|---|---|---|---|---|---|"]
+    for model in models:
+        ratios = split_ratios(done, model)
+        cells = " | ".join(f"{cell(r.speedup, '.2f')}x [{cell(r.low, '.2f')}, "
+                           f"{cell(r.high, '.2f')}]" for r in ratios)
+        lines.append(f"| {model} | {cells} | {ratios[0].blocks} | {goal_verdict(ratios[0])} | "
+                     f"{goal_verdict(ratios[2])} |")
+    lines += ["", "Mean iteration time and all-reduce payload per iteration, by system:", "",
+              "| model | system | iteration (ms) | all-reduce (kB / iteration) | a trainer's CPU "
+              "(ms / iteration) |", "|---|---|---|---|---|"]
+    for model in models:
+        for system in (SUBJECT, PROBE, BOUND):
+            runs = done[(done["model"] == model) & (done["system"] == system)]
+            lines.append(f"| {model} | {system} | "
+                         f"{cell(1000 * column_mean(runs, 'iter_time_mean_s'), '.2f')} | "
+                         f"{cell(column_mean(runs, 'bytes_per_iter_allreduce') / 1000, '.0f')} | "
+                         f"{cell(1000 * column_mean(runs, 'per_iter_trainer_cpu_s'), '.2f')} |")
+    return [*lines, "", "### Row synchronisation", "",
+            *gap_lines(done, models, SUBJECT, PROBE), "### The rest", "",
+            *gap_lines(done, models, PROBE, BOUND)]
+
+
+def draw(done: pd.DataFrame, path: Path) -> Path:
+    """Per model, the three ratios as bars with their intervals, the goal as a line."""
+    models = in_order(done["model"], MODEL_ORDER)
+    fig, ax = pyplot().subplots(figsize=(7.5, 4))
+    width = 0.8 / len(SPLIT)
+    for i, (name, _, _) in enumerate(SPLIT):
+        ratios = [split_ratios(done, model)[i] for model in models]
+        xs = [m + (i - 1) * width for m in range(len(models))]
+        ys = [r.speedup for r in ratios]
+        errors = [[y - r.low if r.blocks > 1 else 0 for y, r in zip(ys, ratios, strict=True)],
+                  [r.high - y if r.blocks > 1 else 0 for y, r in zip(ys, ratios, strict=True)]]
+        ax.bar(xs, ys, width, yerr=errors, capsize=3, label=name)
+    ax.axhline(GOAL, color="black", linestyle="--", linewidth=1, label=f"goal {GOAL}x")
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xticks(range(len(models)), models)
+    ax.set(ylabel="iteration time ratio (paired, 95% CI)",
+           title="Bagpipe over the embedding-free bound, split")
+    ax.set_ylim(bottom=0.8)
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def report(sweep: Path, out: Outputs, allow_unclean: bool = False) -> None:
+    """``results/bound_split/runs.csv`` and ``reports/bound_split.{png,md}`` from ``sweep``."""
+    records = load_records([sweep])
+    frame = runs_frame(records)
+    draft = []
+    try:
+        require_one_clean_commit(frame, SUITE)
+    except UncleanResultsError as err:
+        if not allow_unclean:
+            raise
+        draft += [f"> **Draft:** {err}.", ""]
+    done = with_blocks(frame[frame["status"] == "FINISHED"])
+    missing = {SUBJECT, PROBE, BOUND} - set(done["system"])
+    if missing:
+        raise SystemExit(f"{sweep}: no finished runs of {', '.join(sorted(missing))}")
+    save_csv(frame, out.table(SUITE, "runs.csv"))
+    figure = draw(done, out.figure(SUITE))
+    table = [*draft, *split_lines(done), *bound_lines(done[done["system"] != PROBE])]
+    write_report(out, SUITE, "Bagpipe's time over the embedding-free bound, split", figure, table,
+                 CLAIM, [f"Sweep: {sweep} (`suite=bound_split`: fig7's regime, each model's own "
+                         "auto dilation). The probe is not exact: its AUC is not compared."],
+                 records)

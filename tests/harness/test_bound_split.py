@@ -1,0 +1,89 @@
+"""Bagpipe's time over the embedding-free bound, split by the probe between them (#16):
+row synchronisation (Bagpipe / probe) apart from the rest (probe / bound), paired within blocks.
+
+Runs are synthetic records (no training), made as the fig7 report's tests make them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from bagpipe.harness.report.bound_split import PROBE, SUITE, report, split_lines
+from bagpipe.harness.report.loading import UncleanResultsError
+from bagpipe.harness.report.plotting import Outputs
+from bagpipe.harness.track.record import RunRecord
+from bagpipe.harness.track.sweeps import runs_frame, with_blocks
+
+from .test_fig7_regime import _record
+
+#: The bound's iteration time per block (seed): the machine's speed drifts from block to block.
+BOUND_S = (0.10, 0.20, 0.05)
+
+
+def _runs(row_sync: float, rest: float) -> list[RunRecord]:
+    """Per block, the probe takes ``rest`` times the bound's time and Bagpipe ``row_sync`` times
+    the probe's."""
+    records = []
+    for seed, bound_s in enumerate(BOUND_S):
+        records += [_record("embedding_free", bound_s, seed=seed),
+                    _record(PROBE, bound_s * rest, seed=seed),
+                    _record("bagpipe", bound_s * rest * row_sync, seed=seed)]
+    return records
+
+
+def _split_row(records: list[RunRecord]) -> str:
+    lines = split_lines(with_blocks(runs_frame(records)))
+    return next(line for line in lines if line.startswith("| dlrm | ") and "x [" in line)
+
+
+def test_the_split_pairs_within_blocks_and_multiplies_back_to_bagpipe_over_the_bound() -> None:
+    assert _split_row(_runs(row_sync=1.20, rest=1.10)) == (
+        "| dlrm | 1.32x [1.32, 1.32] | 1.20x [1.20, 1.20] | 1.10x [1.10, 1.10] | 3 | missed | met |")
+    assert _split_row(_runs(row_sync=1.05, rest=1.25)).endswith("| 3 | missed | missed |")
+
+
+def _sync_gap(lines: list[str], heading: str) -> str:
+    """The ``sync`` cell of the first gap table under ``heading``."""
+    below = lines[lines.index(heading):]
+    header = next(line for line in below if line.startswith("| model | iteration |"))
+    row = below[below.index(header) + 2]
+    return row.split(" | ")[header.split(" | ").index("sync")]
+
+
+def test_each_gap_table_charges_a_phase_to_the_part_it_belongs_to() -> None:
+    """Bagpipe waits 3 ms longer in ``sync`` than the probe, which waits as long as the bound."""
+    records = [replace(r, summary={**r.summary, "time_sync_s": 0.004 if r.tags["system"] ==
+                                   "bagpipe" else 0.001}) for r in _runs(1.0, 1.0)]
+    lines = split_lines(with_blocks(runs_frame(records)))
+    assert _sync_gap(lines, "### Row synchronisation") == "+3.00"
+    assert _sync_gap(lines, "### The rest") == "+0.00"
+
+
+def _sweep(tmp_path: Path, records: list[RunRecord]) -> Path:
+    sweep = tmp_path / "sweep"
+    for index, record in enumerate(records):
+        record.save(sweep / str(index) / "record")
+    return sweep
+
+
+def test_the_report_writes_its_table_figure_and_page(tmp_path: Path) -> None:
+    out = Outputs(tmp_path / "results", tmp_path / "reports")
+    report(_sweep(tmp_path, _runs(row_sync=1.20, rest=1.10)), out)
+    page = out.page(SUITE).read_text()
+    assert "| dlrm | 1.32x [1.32, 1.32] | 1.20x [1.20, 1.20] | 1.10x [1.10, 1.10]" in page
+    assert "## Bagpipe against the embedding-free bound" in page  # fig7's section, beside it
+    assert out.figure(SUITE).stat().st_size > 0
+    assert len(out.table(SUITE, "runs.csv").read_text().splitlines()) == 1 + 9
+
+
+def test_a_set_from_a_dirty_tree_is_refused_unless_drawn_as_a_draft(tmp_path: Path) -> None:
+    dirty = [replace(r, tags={**r.tags, "git_sha": "abc123-dirty"}) for r in _runs(1.2, 1.1)]
+    out = Outputs(tmp_path / "results", tmp_path / "reports")
+    with pytest.raises(UncleanResultsError, match="one clean commit"):
+        report(_sweep(tmp_path, dirty), out)
+    assert not out.page(SUITE).exists()
+    report(_sweep(tmp_path, dirty), out, allow_unclean=True)
+    assert out.page(SUITE).read_text().count("**Draft:**") == 1
