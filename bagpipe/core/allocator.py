@@ -30,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 from collections.abc import Callable
 
 #: Blocks below this many bytes come from the heap, and free memory below it stays there.
@@ -49,6 +50,18 @@ def _mallopt() -> Callable[[int, int], int] | None:
         return getattr(ctypes.CDLL(name), "mallopt", None)
     except OSError:
         return None
+
+
+#: The same rule as glibc's environment variables, read when a process starts: a process started
+#: with them (the roles' fork server, whose image every local role is forked from) never makes a
+#: second arena, which ``mallopt`` in a forked child could not undo.
+KEEP_FREED_MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": str(KEEP_BYTES),
+                         "MALLOC_TRIM_THRESHOLD_": str(KEEP_BYTES), "MALLOC_ARENA_MAX": "1"}
+
+
+def keep_freed_memory_in_children() -> None:
+    """Start every child of this process under the rule (:data:`KEEP_FREED_MEMORY_ENV`)."""
+    os.environ.update(KEEP_FREED_MEMORY_ENV)
 
 
 def keep_freed_memory() -> bool:

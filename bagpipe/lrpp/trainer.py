@@ -290,8 +290,11 @@ class BagpipeTrainer:
             self.ddp_model, dense, rows, inverse, labels, spec.global_batch_size, meter,
             fuse=fused, extra=sync_now_rows,
         )
-        now = (self.fuse.take() if fused else sync_now_rows(grads.row_grads)).view(
-            -1, self.cache.dim)  # summed over the trainers, unless probing
+        if fused:
+            now = self.fuse.take().view(-1, self.cache.dim)  # summed over the trainers
+        else:  # the probe lays out its own gradients, charged to backward as the design's hook is
+            with meter.phase(Phase.BACKWARD):
+                now = sync_now_rows(grads.row_grads)
         with meter.phase(Phase.SYNC):
             later_ids, later_sum = self._finish_pending_later()
         summed_bytes = runtime.nbytes(now) if fused else 0

@@ -34,6 +34,7 @@ import torch.distributed.rpc as rpc
 import torch.multiprocessing as mp
 
 from bagpipe.core import runtime
+from bagpipe.core.allocator import keep_freed_memory_in_children
 from bagpipe.core.net import netns
 from bagpipe.core.net.fairshare import SharedNics
 from bagpipe.core.net.wire import Ledger, NetworkConfig
@@ -358,6 +359,7 @@ def role_context() -> Any:
     # NVML-based check answers without touching CUDA, so whatever the preloaded modules ask,
     # every role forked from the server may still use its GPU.
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    keep_freed_memory_in_children()  # the server's image, and so every role's, under the rule
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(_PRELOADED_MODULES)
     return ctx

@@ -101,8 +101,9 @@ def draw(done: pd.DataFrame, path: Path) -> Path:
     models = in_order(done["model"], MODEL_ORDER)
     fig, ax = pyplot().subplots(figsize=(7.5, 4))
     width = 0.8 / len(SPLIT)
+    by_model = [split_ratios(done, model) for model in models]
     for i, (name, _, _) in enumerate(SPLIT):
-        ratios = [split_ratios(done, model)[i] for model in models]
+        ratios = [split[i] for split in by_model]
         xs = [m + (i - 1) * width for m in range(len(models))]
         ys = [r.speedup for r in ratios]
         errors = [[y - r.low if r.blocks > 1 else 0 for y, r in zip(ys, ratios, strict=True)],
