@@ -438,9 +438,9 @@ class Deployment:
                 raise LookupError(f"no standby left for {role!r} (standbys: {self._standbys})")
             self._standbys.remove(standby)
             self._children.retire(role, standby)
-            self._monitor.forget(role)
-            if self._error_dir is not None:
+            if self._error_dir is not None:  # before forget: no later poll may read it
                 runtime.error_report_path(self._error_dir, role).unlink(missing_ok=True)
+            self._monitor.forget(role)
             set_alias(role, standby)
             standbys.append(standby)
         pairs = list(zip(roles, standbys, strict=True))

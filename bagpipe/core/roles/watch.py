@@ -9,7 +9,10 @@ The driver's :class:`Monitor` is a thread that checks every ``POLL_S``:
 
 The driver's waits call :meth:`Monitor.raise_if_failed` between polls of their own, so a failure
 ends them at once, not at the monitor's next round. The first failure is kept; failures seen once
-the monitor is stopped (roles ending as the driver asked) are not failures.
+the monitor is stopped (roles ending as the driver asked) are not failures. Nor is one read before
+the last :meth:`Monitor.forget`: a poll that read a role's death before a standby took it over,
+and records it only after, would report a death already handled (the standby is alive under the
+role's name).
 
 A role spawned here runs :func:`watch_parent` in a thread: if the driver vanishes (SIGKILLed, so it
 never closes its Deployment), the role ends too, and no orphan is left running.
@@ -54,6 +57,7 @@ class Monitor:
         self._exit_codes = exit_codes
         self._error_dir = error_dir
         self._failure: RoleFailedError | None = None
+        self._forgotten = 0  # how many times forget() ran: a poll from before it is stale
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -90,6 +94,7 @@ class Monitor:
         """``role``'s failure is handled (a standby took the role over): clear it, so that the
         next failure is reported."""
         with self._lock:
+            self._forgotten += 1
             if self._failure is not None and self._failure.role == role:
                 self._failure = None
 
@@ -113,20 +118,25 @@ class Monitor:
     def _poll_children(self) -> None:
         if self._failure is not None or self._stopping.is_set():
             return  # only the first failure counts
+        forgotten = self._forgotten
         failure = attribute(self._exit_codes(), self._error_dir)
         if failure is not None:
-            self._record(failure)
+            self._record(failure, forgotten)
 
     def _heartbeat(self) -> None:
+        forgotten = self._forgotten
         for role in self._roles:
             try:
                 rpc.rpc_sync(worker_of(role), os.getpid, timeout=10 * HEARTBEAT_S)
             except Exception as exc:
-                self._record(RoleFailedError(role, f"is unreachable: {exc}"))
+                self._record(RoleFailedError(role, f"is unreachable: {exc}"), forgotten)
 
-    def _record(self, failure: RoleFailedError) -> None:
+    def _record(self, failure: RoleFailedError, forgotten: int) -> None:
+        """Keep ``failure``, seen by a poll that began after ``forgotten`` forgets, unless a
+        failure is kept already, the monitor is stopping, or a forget came since (stale)."""
         with self._lock:
-            if self._failure is None and not self._stopping.is_set():
+            stale = forgotten != self._forgotten
+            if self._failure is None and not self._stopping.is_set() and not stale:
                 self._failure = failure
 
 
