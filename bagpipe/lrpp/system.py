@@ -40,7 +40,8 @@ installed it), counters ``rows_sync_now``/``rows_sync_later`` (rows of the globa
 ``rows_written_back`` (summed over trainers), ``rows_evicted`` (the rounds' evictions, once), ``planning_s`` (oracle time spent planning,
 in the oracle's replies that arrived by the step's start), ``rows_fetched_on_demand`` (``prefetch=False``), ``allreduce_bytes_critical`` /
 ``allreduce_bytes_later`` (all-reduce payload on / off the critical path, summed over trainers) and
-``prefetch_s`` (background prefetch time, summed over trainers).
+``prefetch_s`` (background prefetch time, summed over trainers) and ``round_cpu_s`` (the round
+threads' CPU seconds, summed over trainers: the design's background work, on the trainers' cores).
 """
 
 from __future__ import annotations

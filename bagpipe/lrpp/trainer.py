@@ -44,8 +44,9 @@ the oracle's plans; the oracle plans the same stream whatever the knobs say:
 **A timing probe, not an ablation:** ``row_sync=False`` makes the trainers' synchronisation of
 replicated rows free, as the embedding-free bound makes every embedding access free
 (``bagpipe.training.embedding_free``): no row rides in DDP's last bucket and no sync-later
-collective is issued; each trainer applies its own slice's gradients to the rows it updates, in the
-step, so replicas diverge and training is **not exact**. Everything else (the oracle's plans, the
+collective is issued, and no gradient is laid out on the plan's shared lists: each trainer applies
+its own slice's gradients to the rows its slice used, in the step, as the bound's trainers do, so
+replicas diverge and training is **not exact**. Everything else (the oracle's plans, the
 cache, the rounds, the servers and their traffic) is unchanged, so Bagpipe's time over the bound
 splits into what LRPP's row synchronisation costs (Bagpipe / this probe) and what the rest of the
 implementation costs (this probe / the bound): ``suite=bound_split``.
@@ -290,23 +291,22 @@ class BagpipeTrainer:
             self.ddp_model, dense, rows, inverse, labels, spec.global_batch_size, meter,
             fuse=fused, extra=sync_now_rows,
         )
-        if fused:
-            now = self.fuse.take().view(-1, self.cache.dim)  # summed over the trainers
-        else:  # the probe lays out its own gradients, charged to backward as the design's hook is
-            with meter.phase(Phase.BACKWARD):
-                now = sync_now_rows(grads.row_grads)
+        now = fused.take().view(-1, self.cache.dim) if fused else None  # summed over trainers
         with meter.phase(Phase.SYNC):
             later_ids, later_sum = self._finish_pending_later()
-        summed_bytes = runtime.nbytes(now) if fused else 0
+        summed_bytes = runtime.nbytes(now) if now is not None else 0
         meter.count("allreduce_bytes_critical", float(summed_bytes + self._dense_bytes))
         with meter.phase(Phase.OPTIMIZER):
             mine = plan.singleton[plan.singleton_owner == self.index]
-            own = grads.row_grads.index_select(
-                0, move(torch.searchsorted(unique, mine), self.device, meter))
-            updated = torch.cat([plan.sync_now, mine, later_ids])
-            self.cache.apply_sgd(
-                updated, torch.cat([now, own, later_sum]), spec.optim.embedding_lr
-            )
+            if now is None:  # the probe: its slice's own gradients on the rows its slice used
+                self.cache.apply_sgd(unique, grads.row_grads, spec.optim.embedding_lr)
+            else:
+                own = grads.row_grads.index_select(
+                    0, move(torch.searchsorted(unique, mine), self.device, meter))
+                updated = torch.cat([plan.sync_now, mine, later_ids])
+                self.cache.apply_sgd(
+                    updated, torch.cat([now, own, later_sum]), spec.optim.embedding_lr
+                )
             sgd_dense_(self.model, spec.optim.dense_lr)
             self.cache.mark_stale(plan.singleton[plan.singleton_owner != self.index])
             self._applied_step = step
@@ -438,6 +438,7 @@ class BagpipeTrainer:
             if plan is None:
                 return
             with self._round_busy:
+                started_cpu_s = time.thread_time()  # CPU: on shared cores it is the steps' too
                 try:
                     self._execute_round(plan)
                 except Exception as exc:  # a peer died (or a bug): the next step that waits says so
@@ -445,6 +446,7 @@ class BagpipeTrainer:
                         self._round_error = exc
                         self._round_cond.notify_all()
                     return
+                runtime.current().meter.count("round_cpu_s", time.thread_time() - started_cpu_s)
             with self._round_cond:
                 self._installed = round_index
                 self._round_cond.notify_all()

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bagpipe.harness.report.bound_split import PROBE, SUITE, report, split_lines
+from bagpipe.harness.report.bound import gap_lines
+from bagpipe.harness.report.bound_split import PROBE, SUITE, by_system_lines, report, split_lines
 from bagpipe.harness.report.loading import UncleanResultsError
 from bagpipe.harness.report.plotting import Outputs
 from bagpipe.harness.track.record import RunRecord
@@ -60,6 +61,46 @@ def test_each_gap_table_charges_a_phase_to_the_part_it_belongs_to() -> None:
     lines = split_lines(with_blocks(runs_frame(records)))
     assert _sync_gap(lines, "### Row synchronisation") == "+3.00"
     assert _sync_gap(lines, "### The rest") == "+0.00"
+
+
+def _with_cpu(records: list[RunRecord], cpu_ms: dict[str, dict[str, float]]) -> list[RunRecord]:
+    """``records`` with each system's ``cpu_ms`` summary values (ms per iteration) in seconds."""
+    return [replace(r, summary={**r.summary, **{key: ms / 1000 for key, ms in
+                                                cpu_ms.get(r.tags["system"], {}).items()}})
+            for r in records]
+
+
+def test_the_by_system_table_sets_every_process_cpu_beside_the_iteration() -> None:
+    """Every process's CPU is 2 trainers' + the other roles' + the driver's, and both it and the
+    iteration are divided by the bound's: where Bagpipe's extra time is extra CPU on the shared
+    cores, the two ratios agree."""
+    cpu = {"embedding_free": {"per_iter_trainer_cpu_s": 40.0, "per_iter_helpers_cpu_s": 0.0,
+                              "per_iter_driver_cpu_s": 20.0},
+           "bagpipe": {"per_iter_trainer_cpu_s": 50.0, "per_iter_helpers_cpu_s": 5.0,
+                       "per_iter_driver_cpu_s": 20.0}}
+    lines = by_system_lines(with_blocks(runs_frame(_with_cpu(_runs(1.0, 1.25), cpu))), ["dlrm"])
+    bagpipe = next(line for line in lines if line.startswith("| dlrm | bagpipe |"))
+    bound = next(line for line in lines if line.startswith("| dlrm | embedding_free |"))
+    # iteration: mean over the blocks' 0.10, 0.20, 0.05 s -> 116.67 ms (bound), x1.25 (Bagpipe)
+    assert bagpipe.split(" | ")[4:] == ["50.00", "125.00", "0.86", "1.25x", "1.25x |"]
+    assert bound.split(" | ")[4:] == ["40.00", "100.00", "0.86", "1.00x", "1.00x |"]
+
+
+def test_the_cpu_table_splits_the_round_thread_from_the_other_threads() -> None:
+    """Bagpipe's trainers spend 3 ms more CPU than the bound's outside their step's thread, and
+    its two round threads 2 ms together: 1 ms a trainer in rounds, 2 ms in other threads. The
+    bound has no rounds and records none."""
+    cpu = {"embedding_free": {"per_iter_trainer_cpu_s": 40.0},
+           "bagpipe": {"per_iter_trainer_cpu_s": 43.0, "per_iter_round_cpu_s": 2.0}}
+    records = _with_cpu(_runs(1.0, 1.0), cpu)
+    records = [replace(r, summary={**r.summary, "time_sync_s": 0.001, "cpu_sync_s": 0.001})
+               for r in records]
+    lines = gap_lines(with_blocks(runs_frame(records)), ["dlrm"])
+    header = next(line for line in lines if "the round thread" in line)
+    row = lines[lines.index(header) + 2]
+    cells = dict(zip(header.split(" | "), row.split(" | "), strict=True))
+    assert (cells["sync"], cells["the round thread"], cells["other threads"]) == (
+        "+0.00", "+1.00", "+2.00")
 
 
 def _sweep(tmp_path: Path, records: list[RunRecord]) -> Path:

@@ -42,3 +42,4 @@ def test_three_trainers_over_three_shards_equal_local() -> None:
     assert stats["total_rows_singleton"] > 0 and stats["total_rows_sync_later"] > 0
     assert stats["total_rows_written_back"] > 0
     assert stats["total_rows_prefetched"] > stats["total_rows_written_back"] / 2
+    assert stats["total_round_cpu_s"] > 0  # the rounds' CPU is counted, for the bound's split

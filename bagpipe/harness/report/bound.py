@@ -21,7 +21,8 @@ algorithm's or the implementation's:
   second column does not show is CPU, not traffic.
 * **Whose CPU.** Bagpipe's mean minus the bound's, per phase, of the time trainer 0 waited and
   of the CPU its step's thread spent (``cpu_<phase>_s``, ``bagpipe.core.meter``), and of a
-  trainer's CPU outside its step's thread (background rounds, the collectives' threads, RPC).
+  trainer's CPU outside its step's thread: its round thread's (evictions, write-backs,
+  prefetches) and the other threads' (the collectives', RPC).
 
 The bound trains no exact model (its trainers' tables diverge), so it is a floor, never a
 competitor: it stands in no "Bagpipe against each baseline" column and carries no AUC here.
@@ -43,6 +44,7 @@ from bagpipe.harness.report.costmodel import predict
 from bagpipe.harness.report.head_to_head import SUBJECT
 from bagpipe.harness.report.paired import PairedSpeedup, paired_speedup
 from bagpipe.harness.report.regime import (
+    ROUND_CPU,
     TRAINER_CPU,
     emulated_topology,
     run_topology,
@@ -159,7 +161,8 @@ def gap_lines(done: pd.DataFrame, models: list[str], system: str = SUBJECT,
     per model, the mean of ``system`` minus that of ``under`` (ms per iteration) of each of
     trainer 0's phases, of the time no phase covers and of a trainer's CPU; then, where the runs
     recorded it, of the CPU trainer 0's step thread spent in each phase and of a trainer's CPU
-    outside it (background threads, collectives, RPC)."""
+    outside it: its round thread's (a system without rounds spends none) and the other threads'
+    (collectives, RPC)."""
     present = [p for p in GAP_PHASES if f"time_{p}_s" in done]
     if not present:
         return []
@@ -169,10 +172,12 @@ def gap_lines(done: pd.DataFrame, models: list[str], system: str = SUBJECT,
              "CPU):", "", header, "|---|---|" + "---|" * (len(present) + 2)]
     with_cpu = [p for p in present if f"cpu_{p}_s" in done]
     cpu_lines = [f"The CPU behind it, ms per iteration ({system}'s mean minus {under}'s): "
-                 "trainer 0's step thread in each phase, and a trainer's CPU outside that thread "
-                 "(background rounds, the collectives' threads, RPC):", "",
-                 f"| model | {' | '.join(with_cpu)} | outside the step's thread | a trainer's CPU |",
-                 "|---|" + "---|" * (len(with_cpu) + 2)]
+                 "trainer 0's step thread in each phase, and a trainer's CPU outside that thread: "
+                 "its round thread (evictions, write-backs, prefetches) and the other threads "
+                 "(the collectives', RPC):", "",
+                 f"| model | {' | '.join(with_cpu)} | the round thread | other threads "
+                 "| a trainer's CPU |",
+                 "|---|" + "---|" * (len(with_cpu) + 3)]
     for model in models:
         runs = {name: done[(done["model"] == model) & (done["system"] == name)]
                 for name in (system, under)}
@@ -187,11 +192,22 @@ def gap_lines(done: pd.DataFrame, models: list[str], system: str = SUBJECT,
                      f"{' | '.join(cell(v, '+.2f') for v in phases)} | {cell(other, '+.2f')} | "
                      f"{cell(trainer_cpu, '+.2f')} |")
         step_cpu = [gap(f"cpu_{p}_s") for p in with_cpu]
+        rounds = 1000 * (round_cpu(runs[system]) - round_cpu(runs[under]))
         cpu_lines.append(f"| {model} | {' | '.join(cell(v, '+.2f') for v in step_cpu)} | "
-                         f"{cell(trainer_cpu - sum(step_cpu), '+.2f')} | "
+                         f"{cell(rounds, '+.2f')} | "
+                         f"{cell(trainer_cpu - sum(step_cpu) - rounds, '+.2f')} | "
                          f"{cell(trainer_cpu, '+.2f')} |")
     recorded = with_cpu and not done[[f"cpu_{p}_s" for p in with_cpu]].isna().all().all()
     return [*lines, "", *([*cpu_lines, ""] if recorded else [])]
+
+
+def round_cpu(runs: pd.DataFrame) -> float:
+    """A trainer's round-thread CPU seconds per iteration (:data:`ROUND_CPU` over the trainers):
+    0 where the runs recorded none (a system without rounds), NaN where none of them ran."""
+    if runs.empty:
+        return math.nan
+    per_iteration = column_mean(runs, ROUND_CPU)
+    return 0.0 if math.isnan(per_iteration) else per_iteration / column_mean(runs, "trainers")
 
 
 #: The parts of the time no phase of trainer 0 covers (``OTHER_TIME_PARTS``): a heading each.

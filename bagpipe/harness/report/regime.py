@@ -40,6 +40,11 @@ _PER_ITER = "per_iter_"
 TRAINER_CPU = "per_iter_trainer_cpu_s"
 #: Every other role's CPU seconds per timed iteration, together (servers, the oracle, standbys).
 HELPERS_CPU = "per_iter_helpers_cpu_s"
+#: The driver's CPU seconds per timed iteration.
+DRIVER_CPU = "per_iter_driver_cpu_s"
+#: Bagpipe's round threads' CPU seconds per timed iteration, summed over its trainers (evictions,
+#: write-backs, prefetches: ``bagpipe.lrpp.trainer``); absent in systems without rounds.
+ROUND_CPU = "per_iter_round_cpu_s"
 #: Bagpipe's window checks: what must happen after the warm-up -> the runs-table column holding it.
 WINDOW_CHECKS = {
     "evictions": "per_iter_rows_evicted",
