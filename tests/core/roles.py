@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import resource
@@ -38,6 +39,35 @@ def allocation_refaults(megabytes: int, times: int = 16, settled: int = 4) -> in
     return max(faults[-settled:])
 
 
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (2.33+)."""
+
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def blocks_mapped_alone(megabytes: int) -> int:
+    """In a new thread (as a step runs in an RPC thread), how many more blocks ``malloc`` has
+    mapped on their own while a ``megabytes`` tensor is held than before (glibc's
+    ``mallinfo2().hblks``): 0 under the allocator's rule, which keeps such a block in the heap,
+    1 without it."""
+    mallinfo2 = ctypes.CDLL(None).mallinfo2
+    mallinfo2.restype = _MallInfo2
+    mapped: list[int] = []
+
+    def allocate() -> None:
+        before = int(mallinfo2().hblks)
+        held = torch.ones(megabytes * 2**20 // 4)
+        mapped.append(int(mallinfo2().hblks) - before)
+        del held
+
+    worker = threading.Thread(target=allocate)
+    worker.start()
+    worker.join()
+    return mapped[0]
+
+
 class Accumulator:
     """Holds a tensor; adds to it; reports where it runs."""
 
@@ -54,9 +84,10 @@ class Accumulator:
     def gil_switch_interval_s(self) -> float:
         return sys.getswitchinterval()
 
-    def refaults(self, megabytes: int) -> int:
-        """Page faults of allocating and filling ``megabytes`` again, once it was done before."""
-        return allocation_refaults(megabytes)
+    def blocks_mapped_alone(self, megabytes: int) -> int:
+        """Blocks mapped on their own while a ``megabytes`` tensor is held
+        (:func:`blocks_mapped_alone`)."""
+        return blocks_mapped_alone(megabytes)
 
     def add_on_peer(self, peer: RoleRef, value: float) -> torch.Tensor:
         return peer.rpc_sync().add(value)
