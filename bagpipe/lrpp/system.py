@@ -21,8 +21,9 @@ Ablations (bagpipe.md §4.5/§5.3 E7; all ``True`` = the paper's design, each ke
 path), ``partition`` (``False``: no physical partitioning, singleton rows are shared rows, held by
 every trainer and all-reduced). See ``bagpipe.lrpp.trainer``. ``row_sync=False`` is a timing probe,
 not an ablation and not exact: the trainers' synchronisation of replicated rows is made free, as the
-embedding-free bound makes embedding traffic free (``suite=bound_split``); it refuses standbys,
-whose replacements must prove a run exact.
+embedding-free bound makes embedding traffic free (``suite=bound_split``). ``row_layout=False`` is
+the second probe there: the same collectives carrying zeros, no gradient laid out on the shared rows
+(what the layout code costs). Both refuse standbys, whose replacements must prove a run exact.
 
 Recovery: ``standby_trainers`` (default 0) pre-spawns idle trainer processes; with one, a dead
 trainer is replaced in place, no step redone (:meth:`Bagpipe._replace_role`), and every trainer
@@ -109,6 +110,7 @@ class Bagpipe(System):
         prefetch: bool = True,
         partition: bool = True,
         row_sync: bool = True,
+        row_layout: bool = True,
         standby_trainers: int = 0,
         standby_servers: int = 0,
     ) -> None:
@@ -127,13 +129,18 @@ class Bagpipe(System):
                 "system.cache_capacity (rows) and system.cache_budget (share of the rows): give one"
             )
         self.cache_budget = cache_budget
-        if not row_sync and standby_trainers + standby_servers:
+        probe = [f"system.{knob}=false" for knob, on in
+                 (("row_sync", row_sync), ("row_layout", row_layout)) if not on]
+        if probe and standby_trainers + standby_servers:
             raise ValueError(
-                "system.row_sync=false (a timing probe, not exact) cannot recover by replacement: "
+                f"{probe[0]} (a timing probe, not exact) cannot recover by replacement: "
                 "set system.standby_trainers and system.standby_servers to 0"
             )
+        if len(probe) == 2:
+            raise ValueError("system.row_layout=false needs system.row_sync=true: without row "
+                             "synchronisation no gradient is laid out to leave out")
         self.design = Design(sync_later=sync_later, prefetch=prefetch, partition=partition,
-                             row_sync=row_sync)
+                             row_sync=row_sync, row_layout=row_layout)
         self.oracle_config = OracleConfig(
             num_trainers=num_trainers,
             lookahead=lookahead,

@@ -51,6 +51,14 @@ cache, the rounds, the servers and their traffic) is unchanged, so Bagpipe's tim
 splits into what LRPP's row synchronisation costs (Bagpipe / this probe) and what the rest of the
 implementation costs (this probe / the bound): ``suite=bound_split``.
 
+**A second timing probe:** ``row_layout=False`` keeps row synchronisation whole (the same
+collectives, the same sizes, every shared row updated on every trainer) but lays no gradient out
+on the plan's shared lists (:func:`scatter_rows`): the collectives carry zeros
+(:func:`no_layout`). Shared rows then never learn, so it is not exact either. Bagpipe / this probe
+is what our layout code costs; this probe / the ``row_sync=False`` one is what the algorithm's
+row synchronisation itself costs: its bytes, on the collective every system uses, and the update of
+every replica.
+
 **Devices.** The dense replica and the cache's rows live on the trainer's device (``spec.device``,
 ``bagpipe.core.device``); plans, ids and the cache's bookkeeping stay on the host, where the round
 thread works. A step's id lists cross to the device once, charged as ``h2d``; rows leave it only
@@ -97,13 +105,15 @@ from bagpipe.training.step import forward_backward, replicate_dense, sgd_dense_,
 class Design:
     """Which of the paper's ideas a trainer uses (module docstring, *Ablations*); all on = the paper.
 
-    ``row_sync=False`` is the timing probe of the module docstring (not exact), not an idea.
+    ``row_sync=False`` and ``row_layout=False`` are the timing probes of the module docstring (not
+    exact), not ideas.
     """
 
     sync_later: bool = True
     prefetch: bool = True
     partition: bool = True
     row_sync: bool = True
+    row_layout: bool = True
 
 
 def scatter_rows(target_ids: torch.Tensor, ids: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -120,6 +130,13 @@ def scatter_rows(target_ids: torch.Tensor, ids: torch.Tensor, values: torch.Tens
     hit = torch.nonzero(target_ids.index_select(0, pos) == ids).flatten()
     out.index_copy_(0, pos.index_select(0, hit), values.index_select(0, hit))
     return out
+
+
+def no_layout(target_ids: torch.Tensor, ids: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """The ``row_layout=False`` probe's :func:`scatter_rows`: the same buffer, all zeros, with no
+    gradient laid out on it (module docstring: the layout's cost, measured by leaving it out)."""
+    del ids  # nothing is laid out
+    return values.new_zeros(target_ids.numel(), values.shape[1])
 
 
 def _merged(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -283,8 +300,10 @@ class BagpipeTrainer:
             unique_here = move(unique, self.device, meter)
         meter.add_cache(hits, misses)
 
+        lay_out = scatter_rows if design.row_layout else no_layout
+
         def sync_now_rows(row_grads: torch.Tensor) -> torch.Tensor:
-            return scatter_rows(move(plan.sync_now, self.device, meter), unique_here, row_grads)
+            return lay_out(move(plan.sync_now, self.device, meter), unique_here, row_grads)
 
         fused = self.fuse if design.row_sync else None  # the probe keeps its own gradients
         grads = forward_backward(
@@ -314,7 +333,7 @@ class BagpipeTrainer:
         if design.sync_later and design.row_sync:  # on every trainer alike: collectives in step
             with meter.phase(Phase.SYNC):  # gathering and issuing it is sync work, as waiting is
                 later_here = move(plan.sync_later, self.device, meter)
-                later = scatter_rows(later_here, unique_here, grads.row_grads)
+                later = lay_out(later_here, unique_here, grads.row_grads)
                 self._pending_later = (plan.sync_later, collectives.allreduce_async(later))
             meter.count("allreduce_bytes_later", float(runtime.nbytes(later)))
         if self.index == 0:  # global-batch counts: once, so the sum over trainers is the count

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bagpipe.core.batch import DatasetSchema
-from bagpipe.core.interface import System, TrainContext
+from bagpipe.core.interface import ModelState, System, TrainContext
 from bagpipe.core.registry import load_system
 from bagpipe.lrpp import Bagpipe
 from bagpipe.training.local import LocalSystem
@@ -120,22 +120,25 @@ def test_ablation_matches_local_and_moves_its_cost(
         assert _total(stats, "rows_prefetched") > _total(full, "rows_prefetched")
 
 
+def _local_and_probe(**probe: bool) -> tuple[ModelState, ModelState, dict[str, Any]]:
+    """``local``'s final model on DLRM, and a Bagpipe timing probe's (``probe``: its knob) with
+    its stats, on the same stream."""
+    _, local = _train(LocalSystem(), _context("dlrm"))
+    system = Bagpipe(num_trainers=2, num_servers=2, lookahead=LOOKAHEAD, **probe)
+    try:
+        _train(system, _context("dlrm"))
+        return local.full_state(), system.full_state(), system.stats()
+    finally:
+        system.close()
+
+
 def test_the_row_sync_probe_moves_no_row_between_trainers_and_is_not_exact(
     full_design_stats: dict[str, Any]
 ) -> None:
     """``row_sync=False`` (``suite=bound_split``'s probe): the oracle's plans, the fetches and the
     dense all-reduce are the design's, no row rides in any collective, and since each trainer
     applies only its own gradients to shared rows, the model is not ``local``'s."""
-    ctx = _context("dlrm")
-    _, local = _train(LocalSystem(), ctx)
-    want = local.full_state()
-    probe = Bagpipe(num_trainers=2, num_servers=2, lookahead=LOOKAHEAD, row_sync=False)
-    try:
-        _train(probe, _context("dlrm"))
-        got = probe.full_state()
-        stats = probe.stats()
-    finally:
-        probe.close()
+    want, got, stats = _local_and_probe(row_sync=False)
     full = full_design_stats
     assert stats["row_sync"] == 0.0
     dense_bytes = sum(t.numel() * t.element_size() for t in want.dense.values())
@@ -148,9 +151,31 @@ def test_the_row_sync_probe_moves_no_row_between_trainers_and_is_not_exact(
         assert_states_close(got, want)
 
 
-def test_the_row_sync_probe_refuses_standbys() -> None:
-    with pytest.raises(ValueError, match=r"system\.row_sync=false.*system\.standby_trainers"):
-        Bagpipe(row_sync=False, standby_trainers=1)
+def test_the_row_layout_probe_runs_the_designs_collectives_with_nothing_in_them(
+    full_design_stats: dict[str, Any]
+) -> None:
+    """``row_layout=False`` (``suite=bound_split``'s second probe): every collective of row
+    synchronisation is the design's, at the same sizes, on the same steps, but carries zeros, so
+    shared rows never learn and the model is not ``local``'s."""
+    want, got, stats = _local_and_probe(row_layout=False)
+    full = full_design_stats
+    assert stats["row_layout"] == 0.0 and stats["row_sync"] == 1.0
+    for moved in ("allreduce_bytes_critical", "allreduce_bytes_later", "bytes_allreduce",
+                  "rows_sync_now", "rows_sync_later", "rows_singleton", "rows_prefetched"):
+        assert _total(stats, moved) == _total(full, moved) > 0, moved
+    with pytest.raises(AssertionError):
+        assert_states_close(got, want)
+
+
+@pytest.mark.parametrize("probe", ["row_sync", "row_layout"])
+def test_a_probe_refuses_standbys(probe: str) -> None:
+    with pytest.raises(ValueError, match=rf"system\.{probe}=false.*system\.standby_trainers"):
+        Bagpipe(**{probe: False}, standby_trainers=1)
+
+
+def test_the_layout_probe_needs_row_sync() -> None:
+    with pytest.raises(ValueError, match=r"system\.row_layout=false needs system\.row_sync=true"):
+        Bagpipe(row_sync=False, row_layout=False)
 
 
 class _FinalState:

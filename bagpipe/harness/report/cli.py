@@ -188,8 +188,8 @@ def parser() -> argparse.ArgumentParser:
     data.add_argument("--file", action="append", default=[], metavar="KIND:PATH[:PRESET]",
                       help="also a real file (kind criteo_tsv, avazu_csv, jsonl)")
     suite("breakdown", _breakdown, "E3: where an iteration's time goes, per system")
-    suite(bound_split.SUITE, _bound_split, "Bagpipe over the embedding-free bound: LRPP's row "
-          "synchronisation apart from the rest", parents=(swept, unclean))
+    suite(bound_split.SUITE, _bound_split, "Bagpipe over the embedding-free bound: our row layout, "
+          "LRPP's row synchronisation and the rest", parents=(swept, unclean))
     suite("convergence", _convergence, "E13: AUC against steps and against wall time")
     priced = suite("costmodel", _costmodel, "every system's exact bytes priced on a topology")
     priced.add_argument("--topology", action="append", type=Path, metavar="YAML",
