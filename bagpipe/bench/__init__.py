@@ -6,7 +6,7 @@ any configuration columns. Ratios that matter are measured within one run, on on
 """
 
 BENCHMARKS = ("data", "data_systems", "oracle", "systems", "fairness", "fault", "fault_logs",
-              "het_cache", "network")
+              "het_cache", "network", "collectives")
 #: Run only when named (``--only``): mutation testing takes about an hour (``nox -s mutants``);
 #: the GPU check is for a machine with a GPU (``nox -s gpu_check``, ``bagpipe.bench.gpu``).
 ON_REQUEST = ("mutants", "gpu")
