@@ -25,6 +25,9 @@ Within each block:
 * their product is Bagpipe / bound, and layout probe / bound is Bagpipe with its layout code free:
   where that misses the goal, cutting the layout code cannot meet it.
 
+Where row synchronisation's cost is CPU (the collectives' threads), ``python -m bagpipe.bench
+--only collectives`` tells a collective's own cost from its bytes' on these cores.
+
 Each is a paired ratio with its interval (:mod:`bagpipe.harness.report.paired`), and the page
 then shows where each part's milliseconds go, phase by phase, and Bagpipe against the bound as
 fig7's report shows it. A result set from several commits or a dirty tree is refused unless drawn
