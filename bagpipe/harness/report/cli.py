@@ -10,8 +10,8 @@ Suites (bagpipe.md §5.3), each writing ``results/<suite>/`` and ``reports/<suit
 * ``skew`` (E4, pure data): share of lookups against share of rows (``--file kind:path[:preset]``
   adds a real file);
 * ``breakdown`` (E3): where an iteration's time goes, per system;
-* ``bound_split``: Bagpipe's time over the embedding-free bound, LRPP's row synchronisation apart
-  from the rest of its implementation (#16);
+* ``bound_split``: Bagpipe's time over the embedding-free bound, split into our layout of row
+  gradients, LRPP's row synchronisation and the rest of its implementation (#16);
 * ``convergence`` (E13): AUC against steps and wall time, HET at several bounds beside;
 * ``costmodel``: every system's exact bytes priced on described topologies (``--topology FILE``);
 * ``lookahead``, ``capacity``, ``cleanup``, ``skew_sensitivity``, ``scaling``, ``ablation``: one
