@@ -17,7 +17,7 @@ from bagpipe.harness.run.train import SUITES_DIR
 from bagpipe.harness.track.record import RunRecord
 
 SWEPT = {"lookahead": 7, "capacity": 5, "cleanup": 4, "skew_sensitivity": 16, "scaling": 12,
-         "costmodel": 24, "ablation": 12, "bound_split": 72}
+         "costmodel": 24, "ablation": 12, "bound_split": 96}
 
 
 @pytest.fixture(scope="module", autouse=True)

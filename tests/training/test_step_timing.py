@@ -10,6 +10,10 @@ from bagpipe.core.meter import Meter
 from bagpipe.training.step import backward_timing_sync
 
 SPIN_S = 0.03
+#: A thread's CPU clock and the wall clock are different clocks: read around the same span, the CPU
+#: one may come out a few microseconds longer (seen in the full suite: 30.4371 ms of CPU in 30.4354
+#: ms of wall).
+CLOCKS_APART_S = 1e-4
 
 
 class _SpinningBackward(torch.autograd.Function):
@@ -33,7 +37,7 @@ def test_the_graphs_cpu_is_charged_to_backward_and_nothing_after_it_to_sync() ->
     backward_timing_sync(_SpinningBackward.apply(x).sum(), meter)
     record = meter.end_step()
     assert x.grad is not None and x.grad.tolist() == [1.0] * 4
-    assert SPIN_S <= record.phase_cpu_s["backward"] <= record.phase_s["backward"]
+    assert SPIN_S <= record.phase_cpu_s["backward"] <= record.phase_s["backward"] + CLOCKS_APART_S
     # no collective after the graph: the split leaves sync a sliver of wall and of CPU
     assert record.phase_s["sync"] < SPIN_S / 10
     assert record.phase_cpu_s["sync"] < SPIN_S / 10
