@@ -24,18 +24,16 @@ second collective adds).
 
 from __future__ import annotations
 
-import math
 import random
-import statistics
 import time
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from scipy import stats
 
 from bagpipe.core.roles.spawn import LOCALHOST, free_port
+from bagpipe.harness.report.paired import mean_and_half_interval
 
 #: fig7's W&D, per trainer and step (``results/bound_split``): the dense gradients, the sync-now
 #: rows and the sync-later rows (dim 48, float32).
@@ -115,17 +113,8 @@ def run(quick: bool) -> list[dict]:
             for block in blocks_measured:
                 ms = {pattern: 1000 * measured[index] for pattern, *measured in block}
                 gaps.append(ms[over] - ms[under])
-            mean, half = _mean_and_half_interval(gaps)
+            mean, half = mean_and_half_interval(gaps)
             rows.append({"benchmark": "collectives", "metric": f"{measure}_ms_{name}",
                          "pattern": f"{over} - {under}", "value": mean, "low": mean - half,
                          "high": mean + half, "samples": len(gaps), "unit": "ms per step"})
     return rows
-
-
-def _mean_and_half_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
-    """The mean of ``values`` and the half-width of its Student-t interval (nan for one value)."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, math.nan
-    quantile = stats.t.ppf(0.5 + confidence / 2, len(values) - 1)
-    return mean, quantile * statistics.stdev(values) / math.sqrt(len(values))

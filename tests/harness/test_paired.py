@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from bagpipe.harness.report.paired import paired_speedup
+from bagpipe.harness.report.paired import mean_and_half_interval, paired_speedup
 
 
 def test_the_interval_is_students_t_on_the_logs() -> None:
@@ -26,3 +26,11 @@ def test_faster_only_where_the_interval_excludes_one() -> None:
     assert paired_speedup([0.9, 1.3, 1.1]).verdict == "within noise"  # mean > 1, interval spans 1
     assert paired_speedup([1.5]).verdict == "one block"
     assert math.isnan(paired_speedup([]).speedup)
+
+
+def test_a_mean_of_differences_gets_the_same_t_interval() -> None:
+    """The collectives bench's milliseconds per step: a mean and its t half-width, no logs."""
+    mean, half = mean_and_half_interval([1.0, 2.0, 3.0])
+    assert (mean, half) == pytest.approx((2.0, 4.302652729911275 * 1.0 / math.sqrt(3)))
+    mean, half = mean_and_half_interval([-0.5])
+    assert mean == -0.5 and math.isnan(half)

@@ -51,11 +51,20 @@ def paired_speedup(ratios: Sequence[float], confidence: float = CONFIDENCE) -> P
     logs = [math.log(r) for r in ratios if r > 0 and math.isfinite(r)]
     if not logs:
         return PairedSpeedup(math.nan, math.nan, math.nan, 0)
-    centre = statistics.fmean(logs)
+    centre, half = mean_and_half_interval(logs, confidence)
     if len(logs) < 2:
         return PairedSpeedup(math.exp(centre), math.nan, math.nan, 1)
-    half = stats.t.ppf(0.5 + confidence / 2, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(
-        len(logs)
-    )
     return PairedSpeedup(math.exp(centre), math.exp(centre - half), math.exp(centre + half),
                          len(logs))
+
+
+def mean_and_half_interval(
+    values: Sequence[float], confidence: float = CONFIDENCE
+) -> tuple[float, float]:
+    """The mean of ``values`` (paired differences, or log ratios) and the half-width of its
+    Student-t interval; nan for a single value, which has no interval."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, math.nan
+    quantile = stats.t.ppf(0.5 + confidence / 2, len(values) - 1)
+    return mean, quantile * statistics.stdev(values) / math.sqrt(len(values))
