@@ -10,10 +10,11 @@ dense all-reduce alone puts over a megabyte on every trainer NIC each step, batc
   the bytes the kernel counted on the shaped classes (frames: TCP/IP and Ethernet headers and ACKs
   included), and their ratio; a NIC carrying at least :data:`CHECKED_BYTES_PER_ITER` per iteration
   is judged (``within_10pct``); below that the ratio is the framing overhead, reported. Also the
-  run's queue drops (0 by construction: shaping delays, never drops) and TCP retransmits, with
-  the share of the host's bytes they resent (``retransmitted_share``). Retransmits should be 0;
-  on a loaded two-core host a starved receiver's late ACKs can still fire a retransmission timer
-  now and then (no packet lost), which the share keeps in proportion.
+  run's drops in the host's shaped queues and veth ends (0 by construction: shaping delays,
+  never drops) and TCP retransmits, with the share of the host's bytes they resent
+  (``retransmitted_share``). Retransmits should be 0; on a loaded two-core host a starved
+  receiver's late ACKs can still fire a retransmission timer now and then (no packet lost),
+  which the share keeps in proportion on the judged NICs.
 * **netns vs model**: each back-end's network time per iteration (its iteration time minus the
   network-off one) and their ratio (target: within 15%).
 

@@ -2,8 +2,9 @@
 
 * **Kernel vs wire.** Every networked system trains the benchmark's network-bound workload on
   ``netns``; on every host NIC that carries at least a megabyte per iteration, the bytes the
-  kernel counted agree with the bytes the roles' ledgers booked within 10%, no shaped queue
-  dropped a packet and TCP resent at most 0.5% of a host's bytes (late ACKs on a loaded host).
+  kernel counted agree with the bytes the roles' ledgers booked within 10% and TCP resent at most
+  1% of them (late ACKs on a loaded host); on every host, no shaped queue and no veth end
+  dropped a packet.
 * **The check catches a cheat**: a plugin that sends a tensor around the wire, and one that charges
   a transfer but moves it through shared memory, both fail it.
 * **netns vs model.** Each back-end's network time per iteration (iteration minus network-off)
@@ -31,8 +32,11 @@ pytestmark = pytest.mark.skipif(
 # Means of 8 steps (see ``Measured``): with fewer, one of Bagpipe's longer round steps more or less
 # moved a back-end's network time by several percent.
 STEPS, WARMUP = 8, 2
-# A host's resent share: late ACKs on a loaded host resend a little (under the full suite on 2
-# cores: 0.1% of a trainer's bytes, 0.51% of a server's); a shaping that dropped would resend more.
+# A judged host's resent share: late ACKs on a loaded host resend a little (under the full suite on
+# 2 cores: 0.1% of a trainer's bytes). It is judged where the bytes are, on the NICs the kernel's
+# count is judged on: on a host that moves a few hundred kB an iteration, a few dozen late ACKs
+# are a share of over 1% (CI, HET's server: 31 segments, 1.2%) and say nothing of the emulation,
+# whose losses the drop counters of every host's queues and veth ends catch directly.
 MAX_RETRANSMITTED_SHARE = 0.01
 
 
@@ -50,13 +54,13 @@ def test_the_kernel_counts_what_the_wire_booked_on_every_busy_nic(system: str) -
     judged = [row for row in rows if row["judged"]]
     assert {row["host"] for row in judged} >= {"trainer_0", "trainer_1"}, rows
     assert all(row["within_10pct"] for row in judged), judged
-    # Shaping never drops; a resend is a late ACK on a loaded host (seen under the full suite on
-    # 2 cores: 45 segments, 0.1% of a trainer's bytes), never a loss the emulation made.
-    assert all(row["dropped"] == 0 and row["retransmitted_share"] <= MAX_RETRANSMITTED_SHARE
-               for row in rows), [
-        (row["host"], {k: v for k, v in row.items()
-                       if k in ("dropped", "retransmits", "retransmitted_share")})
-        for row in rows]
+    # Neither shaping nor the veths ever drop; a resend is a late ACK on a loaded host, never a loss
+    # the emulation made.
+    losses = [(row["host"], {k: v for k, v in row.items()
+                             if k in ("dropped", "retransmits", "retransmitted_share")})
+              for row in rows]
+    assert all(row["dropped"] == 0 for row in rows), losses
+    assert all(row["retransmitted_share"] <= MAX_RETRANSMITTED_SHARE for row in judged), losses
 
 
 @pytest.mark.timeout(600)

@@ -11,8 +11,10 @@ all-to-alls, DDP's buckets), so no system can move a byte without paying for it:
 
 * **Egress** of a host is shaped on its ``eth0`` (inside its namespace), **ingress** on the
   switch-side end of its veth. Each direction is an ``htb`` class at the NIC's rate with a large
-  packet FIFO behind it (``pfifo limit 100000``), so shaping delays packets and never drops them;
-  retransmits are read per host and should stay 0.
+  packet FIFO behind it (``pfifo limit 100000``), so shaping delays packets and never drops them.
+  Drops are read per host, in its shaped queues and at both ends of its veth (a starved
+  receiver's backlog is the one place left where the kernel could drop), and should stay 0;
+  so are TCP's resends of segments really lost.
 * **The driver's control path is not shaped**: packets to or from the driver's address go to a
   second class at a very high rate. The driver only starts steps and gathers results and state;
   the roles talk to each other on the shaped classes, and the byte checks count those classes only.
@@ -38,6 +40,7 @@ import ctypes
 import fcntl
 import ipaddress
 import itertools
+import json
 import os
 import random
 import re
@@ -82,8 +85,8 @@ class NicCounters:
     ``tx_bytes``/``rx_bytes`` count what crossed the host's shaped classes (frames: payload plus
     TCP/IP and Ethernet headers, ACKs included); ``control_bytes`` what went to or came from the
     driver; ``retransmits`` the host's TCP segments resent because they were lost, ``loss_probes``
-    those resent because an ACK came late; ``dropped`` packets its shaped queues dropped (0 by
-    construction; a check, not an assumption).
+    those resent because an ACK came late; ``dropped`` packets its shaped queues or either end of
+    its veth dropped (0 by construction; a check, not an assumption).
     """
 
     tx_bytes: int
@@ -324,7 +327,9 @@ class NamespaceHosts:
                 retransmits=resent,
                 loss_probes=probes,
                 dropped=_class_stat(egress, _DATA_CLASS, "dropped")
-                + _class_stat(ingress, _DATA_CLASS, "dropped"),
+                + _class_stat(ingress, _DATA_CLASS, "dropped")
+                + _link_drops(self._holders[host].pid, self.host_ifname)
+                + _link_drops(self.switch_pid, self._switch_ends[host]),
             )
             base = self._baseline.get(host) if since_start else None
             out[host] = now - base if base is not None else now
@@ -508,6 +513,17 @@ def _class_stat(tc_output: str, classid: str, stat: str) -> int:
     if match is None:
         raise RuntimeError(f"tc: no class {classid} in:\n{tc_output}")
     return int(match.group(1) if stat == "bytes" else match.group(2))
+
+
+def _link_drops(pid: int, ifname: str) -> int:
+    """Packets veth end ``ifname`` (in ``pid``'s namespace) dropped on their way to its peer.
+
+    A veth drops what its peer cannot take: a full receive backlog on a starved host, a frame
+    over the peer's MTU. The peer reports the same packets as received and dropped, so only the
+    sending end's count is read: each of a host's two ends counts one direction, once.
+    """
+    (link,) = json.loads(_in(pid, "ip", "-s", "-j", "link", "show", "dev", ifname))
+    return int(link["stats64"]["tx"]["dropped"])
 
 
 def _tcp_counters(pid: int) -> tuple[int, int]:
