@@ -19,7 +19,7 @@ dense all-reduce alone puts over a megabyte on every trainer NIC each step, batc
   network-off one) and their ratio (target: within 15%).
 
 ``python -m bagpipe.bench --only network`` writes them; ``tests/harness/test_network_checks.py``
-runs the same measurements, shorter, and asserts the targets.
+runs the same measurements over more steps and asserts the targets.
 """
 
 from __future__ import annotations
